@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Development set-up used by the README's two commands: a virtual environment in .venv with the
+# CPU build of torch pinned (an open-ended `torch` requirement would pull a multi-GB CUDA build)
+# and this package installed in editable mode with its `dev` extra.
+# The environment is reused when its inputs (this script and pyproject.toml) have not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TORCH_PIN="torch==2.13.0"
+VENV=.venv
+stamp_inputs() { cat scripts/setup.sh pyproject.toml | sha256sum | cut -d' ' -f1; }
+want=$(stamp_inputs)
+
+if [ -x "$VENV/bin/python" ] && [ -f "$VENV/.setup-stamp" ] && [ "$(cat "$VENV/.setup-stamp")" = "$want" ]; then
+    exit 0
+fi
+
+echo "Setting up $VENV (first run, or pyproject.toml changed) ..."
+rm -rf "$VENV"
+python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet "$TORCH_PIN"
+"$VENV/bin/python" -m pip install --quiet -e ".[dev]" "$TORCH_PIN"
+echo "$want" > "$VENV/.setup-stamp"
+echo "Environment ready: $("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"

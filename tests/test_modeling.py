@@ -1,0 +1,304 @@
+"""Equivalence and behaviour tests of the model (tiny configurations, CPU)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import EOS, PAD, random_ids, tiny_config, tiny_model
+
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    sinusoidal_position_encoding,
+)
+
+
+# ------------------------------------------------------------------ §3.5 positional encoding
+def paper_pe(pos: int, dim: int, d_model: int) -> float:
+    angle = pos / 10000 ** ((dim - dim % 2) / d_model)
+    return math.sin(angle) if dim % 2 == 0 else math.cos(angle)
+
+
+def test_positional_encoding_is_the_papers_interleaved_formula():
+    d_model = 32
+    table = sinusoidal_position_encoding(torch.arange(200), d_model)
+    for pos in (0, 1, 7, 63, 199):
+        for dim in range(d_model):
+            assert table[pos, dim].item() == pytest.approx(paper_pe(pos, dim, d_model), abs=1e-6)
+
+
+def test_positions_past_the_table_are_computed_not_clipped():
+    model = tiny_model(max_position_embeddings=8)
+    module = model.model.encoder.embed_positions
+    assert module.pe.shape[0] == 8
+    beyond = module(seq_len=5, past_len=6)  # positions 6..10, past the 8-row table
+    assert torch.allclose(beyond, sinusoidal_position_encoding(torch.arange(6, 11), 32))
+    # and a whole model runs on inputs longer than max_position_embeddings
+    out = model(input_ids=random_ids(1, 20), decoder_input_ids=random_ids(1, 12))
+    assert out.logits.shape == (1, 12, 61)
+
+
+def test_learned_positions_refuse_inputs_longer_than_their_table():
+    model = tiny_model(max_position_embeddings=8, position_embedding_type="learned")
+    with pytest.raises(ValueError, match="max_position_embeddings=8"):
+        model(input_ids=random_ids(1, 9), decoder_input_ids=random_ids(1, 3))
+
+
+def test_positional_table_is_refilled_after_from_pretrained(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    expected = sinusoidal_position_encoding(torch.arange(64), 32)
+    assert torch.equal(loaded.model.encoder.embed_positions.pe, expected)
+    assert torch.equal(loaded.model.decoder.embed_positions.pe, expected)
+
+
+# ------------------------------------------------------------------ §3.4 embeddings
+def test_embeddings_are_scaled_by_sqrt_d_model(model):
+    ids = random_ids(2, 5)
+    hidden = model.model.encoder(input_ids=ids, output_hidden_states=True).hidden_states[0]
+    expected = model.model.shared(ids) * math.sqrt(32) + sinusoidal_position_encoding(torch.arange(5), 32)
+    assert torch.allclose(hidden, expected, atol=1e-6)
+
+
+def test_one_matrix_for_source_target_and_output_layer_survives_reload(tmp_path, model):
+    shared = model.model.shared.weight
+    assert model.model.encoder.embed_tokens.weight is shared
+    assert model.model.decoder.embed_tokens.weight is shared
+    assert model.lm_head.weight is shared
+    model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight is loaded.model.shared.weight is loaded.model.encoder.embed_tokens.weight
+    assert loaded.model.decoder.embed_tokens.weight is loaded.model.shared.weight
+    assert torch.equal(loaded.model.shared.weight, shared)
+
+
+# ------------------------------------------------------------------ §3.2.3 masking
+def test_future_decoder_tokens_never_change_earlier_logits(model):
+    src, tgt = random_ids(2, 6), random_ids(2, 7, seed=1)
+    changed = tgt.clone()
+    changed[:, 4:] = random_ids(2, 3, seed=2)
+    a = model(input_ids=src, decoder_input_ids=tgt).logits
+    b = model(input_ids=src, decoder_input_ids=changed).logits
+    assert torch.allclose(a[:, :4], b[:, :4], atol=1e-6)
+    assert not torch.allclose(a[:, 4:], b[:, 4:], atol=1e-3)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_the_encoder_is_not_causal(attn):
+    model = tiny_model()
+    model.set_attn_implementation(attn)
+    src = random_ids(1, 6)
+    changed = src.clone()
+    changed[0, -1] = 4 if src[0, -1] != 4 else 5
+    first = model.model.encoder(input_ids=src).last_hidden_state[:, 0]
+    first_changed = model.model.encoder(input_ids=changed).last_hidden_state[:, 0]
+    assert not torch.allclose(first, first_changed, atol=1e-4)
+
+
+# ------------------------------------------------------------------ padding invariance
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_a_sentence_alone_and_in_a_padded_batch_give_the_same_logits_and_beams(attn):
+    model = tiny_model()
+    model.set_attn_implementation(attn)
+    short_src, long_src = random_ids(1, 4, seed=3), random_ids(1, 9, seed=4)
+    short_tgt, long_tgt = random_ids(1, 3, seed=5), random_ids(1, 8, seed=6)
+    src = torch.cat([F.pad(short_src, (0, 5), value=PAD), long_src])
+    src_mask = torch.tensor([[1] * 4 + [0] * 5, [1] * 9])
+    tgt = torch.cat([F.pad(short_tgt, (0, 5), value=PAD), long_tgt])
+    tgt_mask = torch.tensor([[1] * 3 + [0] * 5, [1] * 8])
+
+    alone = model(input_ids=short_src, decoder_input_ids=short_tgt).logits
+    batched = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask)
+    assert torch.allclose(alone[0], batched.logits[0, :3], atol=1e-5)
+    long_alone = model(input_ids=long_src, decoder_input_ids=long_tgt).logits
+    assert torch.allclose(long_alone[0], batched.logits[1], atol=1e-5)
+
+    beams_alone = model.generate(short_src, num_beams=4, max_new_tokens=10)
+    beams_batched = model.generate(src, attention_mask=src_mask, num_beams=4, max_new_tokens=10)
+    assert torch.equal(beams_alone[0], beams_batched[0, : beams_alone.shape[1]])
+    assert (beams_batched[0, beams_alone.shape[1] :] == PAD).all()
+
+
+# ------------------------------------------------------------------ KV cache
+@pytest.mark.parametrize("config", [{}, {"norm_first": True}, {"position_embedding_type": "learned"}])
+def test_cache_gives_the_same_logits_as_full_recomputation(config):
+    model = tiny_model(**config)
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    full = model(input_ids=src, decoder_input_ids=tgt, use_cache=False).logits
+    encoder_outputs = model.get_encoder()(input_ids=src)
+    cache, steps = None, []
+    for t in range(tgt.shape[1]):
+        out = model(encoder_outputs=encoder_outputs, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
+        cache = out.cache
+        steps.append(out.logits)
+    assert cache.get_seq_length() == tgt.shape[1]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generation_with_and_without_cache_is_token_identical(num_beams):
+    model = tiny_model()
+    src = random_ids(3, 7)
+    with_cache = model.generate(src, num_beams=num_beams, max_new_tokens=12, use_cache=True)
+    without = model.generate(src, num_beams=num_beams, max_new_tokens=12, use_cache=False)
+    assert torch.equal(with_cache, without)
+
+
+def test_cross_attention_keys_are_computed_once_and_reused(model):
+    calls = []
+    layer = model.model.decoder.layers[0].encoder_attn
+    handle = layer.k_proj.register_forward_hook(lambda *args: calls.append(1))
+    model.generate(random_ids(1, 5), num_beams=1, max_new_tokens=6, min_new_tokens=6)
+    handle.remove()
+    assert len(calls) == 1
+
+
+# ------------------------------------------------------------------ eager vs sdpa
+def test_eager_and_sdpa_agree_on_outputs_and_gradients():
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    results = {}
+    for attn in ("eager", "sdpa"):
+        model = tiny_model()
+        model.set_attn_implementation(attn)
+        out = model(input_ids=src, attention_mask=mask, labels=tgt)
+        out.loss.backward()
+        results[attn] = (out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+    assert torch.allclose(results["eager"][0], results["sdpa"][0], atol=1e-5)
+    for name, grad in results["eager"][1].items():
+        assert torch.allclose(grad, results["sdpa"][1][name], atol=1e-5), name
+
+
+def test_attention_weights_need_eager_and_are_distributions():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="attn_implementation='eager'"):
+        model(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), output_attentions=True)
+    model.set_attn_implementation("eager")
+    mask = torch.tensor([[1, 1, 1, 0]])
+    out = model(input_ids=random_ids(1, 4), attention_mask=mask, decoder_input_ids=random_ids(1, 3), output_attentions=True)
+    assert len(out.encoder_attentions) == len(out.decoder_attentions) == len(out.cross_attentions) == 2
+    assert out.encoder_attentions[0].shape == (1, 4, 4, 4)
+    for weights in (*out.encoder_attentions, *out.decoder_attentions, *out.cross_attentions):
+        assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+    assert (out.encoder_attentions[0][..., 3] == 0).all()  # the padded key gets no attention
+    assert (out.decoder_attentions[0].triu(diagonal=1) == 0).all()  # no attention to the future
+
+
+# ------------------------------------------------------------------ training utilities
+def test_loss_is_mean_cross_entropy_over_labels_that_are_not_ignored(model):
+    src, labels = random_ids(2, 5), random_ids(2, 6, seed=1)
+    labels[1, 4:] = -100
+    out = model(input_ids=src, labels=labels)
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    assert decoder_input_ids[0, 0] == model.config.decoder_start_token_id
+    assert torch.equal(decoder_input_ids[:, 1:5], torch.where(labels[:, :4] == -100, PAD, labels[:, :4]))
+    logits = model(input_ids=src, decoder_input_ids=decoder_input_ids).logits
+    keep = labels != -100
+    expected = -torch.log_softmax(logits, -1)[keep].gather(-1, labels[keep][:, None]).mean()
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    # with num_items_in_batch (gradient accumulation): sum over tokens / given count
+    summed = model(input_ids=src, labels=labels, num_items_in_batch=20).loss
+    assert summed.item() == pytest.approx(expected.item() * keep.sum().item() / 20, rel=1e-5)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model(dropout=0.0).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.model.encoder.layers)
+        model(input_ids=src, labels=tgt).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
+
+
+def test_dropout_is_active_in_training_and_off_in_eval():
+    model = tiny_model(dropout=0.3)
+    src, tgt = random_ids(1, 6), random_ids(1, 5, seed=1)
+    assert torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
+    model.train()
+    assert not torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
+
+
+# ------------------------------------------------------------------ sizes of Table 3
+def count_parameters(config: VanillaTransformerConfig) -> int:
+    with torch.device("meta"):
+        model = VanillaTransformerForConditionalGeneration(config)
+    return sum(p.numel() for p in model.parameters())  # tied matrices counted once
+
+
+@pytest.mark.parametrize("preset, paper_millions", [("base", 65), ("big", 213)])
+def test_preset_parameter_counts_match_the_paper(preset, paper_millions):
+    count = count_parameters(getattr(VanillaTransformerConfig, preset)(vocab_size=37000))
+    print(f"{preset}: {count:,} parameters (paper: {paper_millions}M)")
+    assert abs(count / (paper_millions * 1e6) - 1) < 0.03
+
+
+# ------------------------------------------------------------------ §6.1 generation defaults
+def test_generation_defaults_are_the_papers_and_are_saved(tmp_path, model):
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 0.6)
+    model.save_pretrained(tmp_path)
+    saved = (tmp_path / "generation_config.json").read_text()
+    assert '"num_beams": 4' in saved and '"length_penalty": 0.6' in saved and '"source_length_offset": 50' in saved
+
+
+def test_without_a_length_each_sentence_may_produce_source_length_plus_50_tokens():
+    model = tiny_model()
+    model.generation_config.num_beams = 1
+    src = torch.cat([F.pad(random_ids(1, 3), (0, 4), value=PAD), random_ids(1, 7, seed=1)])
+    mask = (src != PAD).long()
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class NeverEos(LogitsProcessor):  # so that every row runs into its limit
+        def __call__(self, input_ids, scores):
+            scores = scores.clone()
+            return scores.index_fill_(1, torch.tensor([EOS]), -1e9)
+
+    out = model.generate(src, attention_mask=mask, logits_processor=LogitsProcessorList([NeverEos()]))
+    lengths = [(row[1:] != PAD).sum().item() for row in out]  # new tokens, eos included
+    assert lengths == [3 + 50, 7 + 50]
+    assert out[0, 3 + 50] == EOS and out[1, 7 + 50] == EOS
+    # an explicit length from the caller wins
+    assert model.generate(src, attention_mask=mask, max_new_tokens=5).shape[1] <= 6
+
+
+# ------------------------------------------------------------------ save / reload
+def test_save_and_reload_give_identical_generations(tmp_path, model):
+    src = random_ids(2, 6)
+    before = model.generate(src, max_new_tokens=10)
+    model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert torch.equal(loaded.generate(src, max_new_tokens=10), before)
+    from transformers import AutoModelForSeq2SeqLM
+
+    auto = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert type(auto) is VanillaTransformerForConditionalGeneration
+    assert torch.equal(auto.generate(src, max_new_tokens=10), before)
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(input_ids=torch.tensor([[4, 5, 61]])), "token id 61, outside the model's vocabulary [0, 61)"),
+        (dict(input_ids=torch.tensor([[4, -1, 5]])), "token id -1"),
+        (dict(input_ids=torch.tensor([[4.0, 5.0]])), "integer token ids"),
+        (dict(input_ids=torch.zeros(0, 4, dtype=torch.long)), "empty"),
+        (dict(input_ids=torch.zeros(2, 0, dtype=torch.long)), "empty"),
+        (dict(input_ids=torch.tensor([[4, 5, 6]]), attention_mask=torch.ones(1, 4)), "shape (1, 4) but its ids"),
+        (dict(input_ids=torch.tensor([4, 5, 6])), "shape [batch, sequence]"),
+        (dict(input_ids=torch.tensor([[4, 5]]), decoder_input_ids=torch.tensor([[1, 99]])), "decoder_input_ids"),
+        (dict(input_ids=torch.tensor([[4, 5]]), labels=torch.tensor([[70, -100]])), "`labels` holds token id 70"),
+    ],
+)
+def test_bad_inputs_raise_value_errors_that_say_what_is_wrong(model, kwargs, words):
+    if "labels" not in kwargs:
+        kwargs.setdefault("decoder_input_ids", torch.tensor([[1, 4]]))
+    with pytest.raises(ValueError) as error:
+        model(**kwargs)
+    assert words in str(error.value)

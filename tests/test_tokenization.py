@@ -1,0 +1,140 @@
+"""Tests of vanilla_transformer.tokenization: joint BPE, round trip, eos, save/reload, checks."""
+
+import itertools
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from transformers import AutoTokenizer
+
+from vanilla_transformer.tokenization import (
+    SPECIAL_TOKEN_IDS,
+    SPECIAL_TOKENS,
+    check_tokenizer_matches_model,
+    save_tokenizer,
+    train_joint_bpe,
+)
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+
+SENTENCES = [
+    "Hello, world! It's 5 o'clock.",
+    "Über den Wolken muß die Freiheit wohl grenzenlos sein.",
+    "Two young, White males are outside near many bushes.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "She said: \"Don't go (yet) - it's 3.50 €/kg; 100% sure?\"",
+]
+
+
+def _head(path: Path, n: int) -> list[str]:
+    with path.open(encoding="utf-8") as f:
+        return [line.strip() for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    if not (MULTI30K / "train.en").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    texts = _head(MULTI30K / "train.en", 3000) + _head(MULTI30K / "train.de", 3000)
+    return train_joint_bpe(texts, vocab_size=2000)
+
+
+def test_special_token_ids(tok):
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id) == (0, 1, 2, 3)
+    for name, token in SPECIAL_TOKENS.items():
+        assert tok.convert_tokens_to_ids(token) == SPECIAL_TOKEN_IDS[name]
+    assert len(tok) == 2000
+    assert tok.model_max_length == 1024
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_round_trip(tok, sentence):
+    ids = tok(sentence)["input_ids"]
+    assert tok.decode(ids, skip_special_tokens=True) == sentence
+
+
+def test_learned_real_subwords(tok):
+    # A joint vocabulary learned from Multi30k: frequent words of both languages are single tokens.
+    assert len(tok("Two young men")["input_ids"]) == 4  # 3 words + </s>
+    assert len(tok("Ein kleines Mädchen")["input_ids"]) == 4
+
+
+def test_unknown_characters_do_not_crash_and_survive(tok):
+    text = "Emoji 😀, CJK 漢字, a\ttab"
+    ids = tok(text)["input_ids"]
+    assert tok.unk_token_id not in ids  # byte-level: every byte is in the vocabulary
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_nfc_normalisation(tok):
+    composed, decomposed = "Über", "U\u0308ber"
+    assert tok(composed)["input_ids"] == tok(decomposed)["input_ids"]
+
+
+def test_eos_appended_no_bos(tok):
+    for ids in tok(["A dog runs.", "Ein Hund läuft."])["input_ids"]:
+        assert ids[-1] == tok.eos_token_id
+        assert ids.count(tok.eos_token_id) == 1
+        assert tok.bos_token_id not in ids
+
+
+def test_text_target_gives_labels(tok):
+    enc = tok(["A dog runs."], text_target=["Ein Hund läuft."])
+    assert enc["labels"][0] == tok("Ein Hund läuft.")["input_ids"]
+    assert enc["labels"][0][-1] == tok.eos_token_id
+    assert enc["input_ids"][0] == tok("A dog runs.")["input_ids"]
+
+
+def test_save_and_autotokenizer_reload(tok, tmp_path):
+    save_tokenizer(tok, tmp_path)
+    assert (tmp_path / "tokenizer.json").is_file()
+    loaded = AutoTokenizer.from_pretrained(tmp_path)  # no trust_remote_code
+    assert type(loaded).__module__.startswith("transformers.")
+    enc_a = tok(SENTENCES, text_target=SENTENCES[::-1])
+    enc_b = loaded(SENTENCES, text_target=SENTENCES[::-1])
+    assert enc_a["input_ids"] == enc_b["input_ids"]
+    assert enc_a["labels"] == enc_b["labels"]
+    assert [loaded.decode(i, skip_special_tokens=True) for i in enc_b["input_ids"]] == SENTENCES
+    assert (loaded.pad_token_id, loaded.bos_token_id, loaded.eos_token_id, loaded.unk_token_id) == (0, 1, 2, 3)
+    assert len(loaded) == len(tok)
+    assert loaded.model_max_length == 1024
+
+
+def test_vocab_size_too_small_for_bytes():
+    with pytest.raises(ValueError, match="vocab_size=100 is too small"):
+        train_joint_bpe(["a b c"], vocab_size=100)
+
+
+def _config(**overrides):
+    values = dict(vocab_size=2000, pad_token_id=0, eos_token_id=2, bos_token_id=1)
+    values.update(overrides)
+    return SimpleNamespace(**values)
+
+
+def test_check_matches(tok):
+    check_tokenizer_matches_model(tok, _config())
+    check_tokenizer_matches_model(tok, _config(vocab_size=2048))  # a larger embedding is fine
+
+
+def test_check_vocab_size_mismatch(tok):
+    with pytest.raises(ValueError) as err:
+        check_tokenizer_matches_model(tok, _config(vocab_size=1000))
+    msg = str(err.value)
+    assert "2000 tokens" in msg and "vocab_size=1000" in msg and "vocab_size=2000" in msg
+
+
+def test_check_special_id_mismatch(tok):
+    with pytest.raises(ValueError) as err:
+        check_tokenizer_matches_model(tok, _config(pad_token_id=1, eos_token_id=7))
+    msg = str(err.value)
+    assert "pad_token_id differs: tokenizer 0" in msg and "config 1" in msg
+    assert "eos_token_id differs: tokenizer 2" in msg and "config 7" in msg
+    assert "bos_token_id" not in msg
+
+
+def test_check_with_model_config(tok):
+    from vanilla_transformer import VanillaTransformerConfig
+
+    check_tokenizer_matches_model(tok, VanillaTransformerConfig(vocab_size=len(tok)))
+    with pytest.raises(ValueError, match="vocab_size"):
+        check_tokenizer_matches_model(tok, VanillaTransformerConfig(vocab_size=len(tok) - 1))

@@ -1,0 +1,807 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers 5 model.
+
+Read top to bottom, this file follows the paper:
+
+    §3.5  positional encoding          -> sinusoidal_position_encoding, VanillaTransformerSinusoidalPositionalEncoding
+    §3.2.1 scaled dot-product attention -> eager_attention_forward (or SDPA through ALL_ATTENTION_FUNCTIONS)
+    §3.2.2 multi-head attention         -> VanillaTransformerAttention
+    §3.3  position-wise feed-forward    -> VanillaTransformerFeedForward
+    §3.1  encoder / decoder layers      -> VanillaTransformerEncoderLayer, VanillaTransformerDecoderLayer
+          (residual + LayerNorm: LayerNorm(x + Dropout(Sublayer(x))), §3.1 and §5.4)
+    §3.1  encoder / decoder stacks      -> VanillaTransformerEncoder, VanillaTransformerDecoder
+    §3.4  shared embeddings × √d_model  -> VanillaTransformerModel (one matrix `shared`)
+    §3.4  pre-softmax linear (tied)     -> VanillaTransformerForConditionalGeneration.lm_head
+    §6.1  beam 4, α 0.6, max = source length + 50 -> VanillaTransformerForConditionalGeneration.generate
+
+This file travels to the Hub with every checkpoint (``trust_remote_code=True``): it imports only
+torch, transformers, the standard library and, relatively, its configuration sibling.
+Layout and attribute names follow transformers' Marian model (``q_proj``, ``self_attn``,
+``encoder_attn``, ``fc1``, ``final_layer_norm``, ``embed_tokens``, ``lm_head`` ...), so that the
+library's machinery (weight tying, attention dispatch, gradient checkpointing, ``generate``) works
+unmodified.
+"""
+
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks: bad ids or masks must fail here with a message, not deep inside torch.
+# --------------------------------------------------------------------------------------------
+def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow: int | None = None) -> None:
+    """Raise a ValueError if ``ids`` is not a non-empty integer tensor of ids in [0, vocab_size)."""
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor of token ids, got {type(ids).__name__}.")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(
+            f"`{name}` must hold integer token ids (torch.long), got dtype {ids.dtype}. "
+            f"Use the tokenizer's output or call `.long()`."
+        )
+    if ids.dim() != 2:
+        raise ValueError(f"`{name}` must have shape [batch, sequence], got {tuple(ids.shape)}.")
+    if ids.numel() == 0:
+        raise ValueError(
+            f"`{name}` is empty (shape {tuple(ids.shape)}): give at least one sequence of at least one token."
+        )
+    checked = ids if allow is None else ids[ids != allow]
+    if checked.numel() and (checked.min() < 0 or checked.max() >= vocab_size):
+        bad = checked[(checked < 0) | (checked >= vocab_size)][0].item()
+        raise ValueError(
+            f"`{name}` holds token id {bad}, outside the model's vocabulary [0, {vocab_size}). "
+            f"Check that the tokenizer matches the model (len(tokenizer) <= config.vocab_size)."
+        )
+
+
+def _check_mask(name: str, mask: torch.Tensor | None, shape: torch.Size) -> None:
+    if mask is not None and mask.shape != shape:
+        raise ValueError(
+            f"`{name}` has shape {tuple(mask.shape)} but its ids have shape {tuple(shape)}; "
+            f"they must be equal (one 1/0 per token). Pad ids and mask together, e.g. with the tokenizer."
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder reads ``[start, y_1, ..., y_{n-1}]`` to predict ``[y_1, ..., y_n]``.
+
+    Label positions set to -100 (ignored by the loss) become padding.
+    """
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1].clone()
+    shifted[:, 0] = decoder_start_token_id
+    shifted.masked_fill_(shifted == -100, pad_token_id)
+    return shifted
+
+
+# --------------------------------------------------------------------------------------------
+# §3.5 Positional encoding
+# --------------------------------------------------------------------------------------------
+def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+
+    Sines fill the even dimensions and cosines the odd ones (interleaved, as in the paper; Marian
+    and fairseq put all sines first). Computed in float64 so that large positions stay exact in float32.
+    Returns a float32 tensor of shape ``[len(positions), d_model]``.
+    """
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angles = positions.to(torch.float64)[:, None] / torch.pow(10000.0, two_i / d_model)[None, :]
+    pe = torch.zeros(len(positions), d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return pe.to(torch.float32)
+
+
+class VanillaTransformerSinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoids (§3.5), precomputed for ``max_position_embeddings`` positions.
+
+    Positions past the table are computed on the fly, so any input length works (the paper chose
+    sinusoids because they "may allow the model to extrapolate to sequence lengths longer than the
+    ones encountered during training"). The table is a non-persistent buffer: it is not saved in
+    checkpoints and ``_init_weights`` recomputes it after ``from_pretrained``.
+    """
+
+    def __init__(self, num_positions: int, d_model: int):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("pe", sinusoidal_position_encoding(torch.arange(num_positions), d_model), persistent=False)
+
+    def forward(self, seq_len: int, past_len: int = 0) -> torch.Tensor:
+        """Encodings of positions ``past_len … past_len + seq_len - 1``: shape ``[seq_len, d_model]``."""
+        end = past_len + seq_len
+        if end <= self.pe.shape[0]:
+            return self.pe[past_len:end]
+        positions = torch.arange(past_len, end)
+        return sinusoidal_position_encoding(positions, self.d_model).to(self.pe.device, self.pe.dtype)
+
+
+class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
+    """Learned absolute positions (deviation: Table 3 row (E)); limited to ``max_position_embeddings``."""
+
+    def forward(self, seq_len: int, past_len: int = 0) -> torch.Tensor:
+        end = past_len + seq_len
+        if end > self.num_embeddings:
+            raise ValueError(
+                f"Sequence of {end} positions is longer than max_position_embeddings={self.num_embeddings} "
+                f"of this model's learned positions. Shorten or split the input; sinusoidal positions "
+                f"(position_embedding_type='sinusoidal') have no such limit."
+            )
+        return self.weight[past_len:end]
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.1 Scaled dot-product attention:  softmax(Q Kᵀ / √d_k) V
+# --------------------------------------------------------------------------------------------
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,  # [B, H, T_q, d_k]
+    key: torch.Tensor,  # [B, H, T_k, d_k]
+    value: torch.Tensor,  # [B, H, T_k, d_v]
+    attention_mask: torch.Tensor | None,  # additive float mask [B, 1, T_q, T_k] (0 or -inf)
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference implementation; returns the attention weights (used for pictures)."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [B, H, T_q, T_k]
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value)  # [B, H, T_q, d_v]
+    return output.transpose(1, 2).contiguous(), weights  # [B, T_q, H, d_v]
+
+
+# --------------------------------------------------------------------------------------------
+# §3.2.2 Multi-head attention:  Concat(head_1, …, head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerAttention(nn.Module):
+    """Multi-head attention used three ways (§3.2.3): encoder self-attention, masked decoder
+    self-attention (``is_causal=True``) and encoder–decoder attention (``key_value_states`` given).
+
+    The h per-head projections are stored as one ``d_model × d_model`` matrix each for Q, K, V.
+    The projections carry biases, as in Marian, fairseq and tensor2tensor's reference code.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool = False, layer_idx: int = 0):
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = config.d_model // num_heads  # d_k = d_v = d_model / h
+        self.scaling = self.head_dim**-0.5  # 1 / √d_k
+        self.dropout = config.attention_dropout
+        # SDPA reads this attribute when it gets no mask; it must be False outside decoder self-attention.
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = nn.Linear(config.d_model, config.d_model)
+        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.out_proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [B, T_q, d_model]
+        key_value_states: torch.Tensor | None = None,  # encoder output [B, T_k, d_model] for cross-attention
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        batch, q_len = hidden_states.shape[:2]
+        query = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)  # [B, H, T_q, d_k]
+
+        # Key/value cache: decoder self-attention appends this step's K,V; cross-attention projects the
+        # encoder output once (first decoding step) and reuses it afterwards.
+        layer_cache, cross_ready = None, False
+        if cache is not None:
+            if isinstance(cache, EncoderDecoderCache):
+                cross_ready = is_cross_attention and cache.is_updated.get(self.layer_idx, False)
+                layer_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+            else:
+                layer_cache = cache
+        if cross_ready:
+            key = layer_cache.layers[self.layer_idx].keys
+            value = layer_cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if is_cross_attention else hidden_states
+            kv_shape = (batch, source.shape[1], -1, self.head_dim)
+            key = self.k_proj(source).view(kv_shape).transpose(1, 2)  # [B, H, T_k, d_k]
+            value = self.v_proj(source).view(kv_shape).transpose(1, 2)  # [B, H, T_k, d_v]
+            if layer_cache is not None:
+                key, value = layer_cache.update(key, value, self.layer_idx)
+                if is_cross_attention and isinstance(cache, EncoderDecoderCache):
+                    cache.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+        )
+        output = output.reshape(batch, q_len, -1).contiguous()  # Concat(head_1, …, head_h)
+        return self.out_proj(output), weights  # · W^O
+
+
+# --------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network:  FFN(x) = max(0, x W_1 + b_1) W_2 + b_2
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerFeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.activation_dropout = activation_dropout  # not in the paper; 0 by default
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = F.relu(self.fc1(hidden_states))
+        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder layers. Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x)))
+# (post-LN, §3.1 + §5.4 "Residual Dropout"); norm_first=True gives x + Dropout(Sublayer(LayerNorm(x))).
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What encoder and decoder layers share: the residual connection around each sub-layer."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.dropout = config.dropout
+
+    def _sublayer_input(self, x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        return norm(x) if self.norm_first else x
+
+    def _residual(self, x: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        """LayerNorm(x + Dropout(Sublayer(x))), or x + Dropout(Sublayer(LayerNorm(x))) with norm_first."""
+        x = x + F.dropout(sublayer_output, p=self.dropout, training=self.training)
+        return x if self.norm_first else norm(x)
+
+
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
+    """Self-attention, then feed-forward."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int = 0):
+        super().__init__(config)
+        self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VanillaTransformerFeedForward(config.d_model, config.encoder_ffn_dim, config.activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        x = self._sublayer_input(hidden_states, self.self_attn_layer_norm)
+        attn_output, attn_weights = self.self_attn(x, attention_mask=attention_mask)
+        hidden_states = self._residual(hidden_states, attn_output, self.self_attn_layer_norm)
+
+        x = self._sublayer_input(hidden_states, self.final_layer_norm)
+        hidden_states = self._residual(hidden_states, self.ffn(x), self.final_layer_norm)
+        return hidden_states, attn_weights
+
+
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
+    """Masked self-attention, then encoder–decoder attention, then feed-forward."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int = 0):
+        super().__init__(config)
+        heads = config.decoder_attention_heads
+        self.self_attn = VanillaTransformerAttention(config, heads, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VanillaTransformerAttention(config, heads, is_causal=False, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VanillaTransformerFeedForward(config.d_model, config.decoder_ffn_dim, config.activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,  # positional, for gradient checkpointing
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool = False,
+    ):
+        x = self._sublayer_input(hidden_states, self.self_attn_layer_norm)
+        attn_output, self_weights = self.self_attn(x, attention_mask=attention_mask, cache=cache)
+        hidden_states = self._residual(hidden_states, attn_output, self.self_attn_layer_norm)
+
+        x = self._sublayer_input(hidden_states, self.encoder_attn_layer_norm)
+        attn_output, cross_weights = self.encoder_attn(
+            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache
+        )
+        hidden_states = self._residual(hidden_states, attn_output, self.encoder_attn_layer_norm)
+
+        x = self._sublayer_input(hidden_states, self.final_layer_norm)
+        hidden_states = self._residual(hidden_states, self.ffn(x), self.final_layer_norm)
+        return hidden_states, self_weights, cross_weights
+
+
+# --------------------------------------------------------------------------------------------
+# Base class: initialisation and the flags transformers reads.
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config: VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _supports_sdpa = True
+    # flash / flex attention: not enabled until tested on a GPU.
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The paper gives no initialisation; we use the common choice of its reference code
+        (tensor2tensor, fairseq): Xavier-uniform linear layers with zero biases, and token embeddings
+        ~ N(0, d_model^-0.5) so that embeddings × √d_model have unit variance.
+
+        Constant tensors (the sinusoid table) are recomputed here: ``from_pretrained`` leaves
+        non-persistent buffers uninitialised and relies on this method to fill them.
+        """
+        std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VanillaTransformerSinusoidalPositionalEncoding):
+            init.copy_(module.pe, sinusoidal_position_encoding(torch.arange(module.pe.shape[0]), module.d_model))
+
+    def _require_eager_for_attentions(self, output_attentions: bool) -> None:
+        if output_attentions and self.config._attn_implementation != "eager":
+            raise ValueError(
+                f"output_attentions=True needs attention weights, which the '{self.config._attn_implementation}' "
+                f"attention does not return. Load the model with attn_implementation='eager' or call "
+                f"model.set_attn_implementation('eager') first."
+            )
+
+
+def _positions(config: VanillaTransformerConfig) -> nn.Module:
+    if config.position_embedding_type == "learned":
+        return VanillaTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
+    return VanillaTransformerSinusoidalPositionalEncoding(config.max_position_embeddings, config.d_model)
+
+
+# --------------------------------------------------------------------------------------------
+# §3.1 The two stacks. Inputs: embeddings × √d_model (§3.4) + positions (§3.5), then dropout (§5.4).
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerEncoder(nn.Module):
+    """N identical layers of bidirectional self-attention + FFN."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = _positions(config)
+        self.layers = nn.ModuleList(VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers))
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Give exactly one of `input_ids` or `inputs_embeds` to the encoder.")
+        if input_ids is not None:
+            _check_ids("input_ids", input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)
+        elif inputs_embeds.shape[0] * inputs_embeds.shape[1] == 0:
+            raise ValueError(f"`inputs_embeds` is empty (shape {tuple(inputs_embeds.shape)}).")
+        _check_mask("attention_mask", attention_mask, inputs_embeds.shape[:2])
+
+        positions = self.embed_positions(inputs_embeds.shape[1])  # [T, d_model]
+        hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
+        hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+        # Padding mask only (the encoder is not causal); None when nothing is padded (SDPA fast path).
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+
+        all_hidden, all_attn = [], []
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden.append(hidden_states)
+            hidden_states, weights = layer(hidden_states, mask)
+            if output_attentions:
+                all_attn.append(weights)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden.append(hidden_states)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            attentions=tuple(all_attn) if output_attentions else None,
+        )
+
+
+class VanillaTransformerDecoder(nn.Module):
+    """N identical layers of masked self-attention + encoder–decoder attention + FFN."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = _positions(config)
+        self.layers = nn.ModuleList(VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers))
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Give exactly one of `decoder_input_ids` or `decoder_inputs_embeds` to the decoder.")
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (the encoder's output).")
+        if input_ids is not None:
+            _check_ids("decoder_input_ids", input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch, seq_len = inputs_embeds.shape[:2]
+        if encoder_hidden_states.shape[0] != batch:
+            raise ValueError(
+                f"Decoder batch size {batch} differs from the encoder output's {encoder_hidden_states.shape[0]}."
+            )
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_len = cache.get_seq_length() if cache is not None else 0
+        if attention_mask is not None and attention_mask.shape[1] not in (seq_len, past_len + seq_len):
+            _check_mask("decoder_attention_mask", attention_mask, torch.Size((batch, past_len + seq_len)))
+
+        positions = self.embed_positions(seq_len, past_len)  # positions continue after the cached ones
+        hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
+        hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, past_len + seq_len, device=hidden_states.device, dtype=torch.long)
+        elif attention_mask.shape[1] == seq_len and past_len:
+            attention_mask = F.pad(attention_mask, (past_len, 0), value=1)
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        # §3.2.3: mask out (set to -inf) attention to subsequent positions, plus target padding.
+        causal_mask = create_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=self_cache
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+
+        all_hidden, all_self, all_cross = [], [], []
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden.append(hidden_states)
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                cache=cache,
+                use_cache=use_cache,
+            )
+            if output_attentions:
+                all_self.append(self_weights)
+                all_cross.append(cross_weights)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden.append(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            cache=cache if use_cache else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            attentions=tuple(all_self) if output_attentions else None,
+            cross_attentions=tuple(all_cross) if output_attentions else None,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# §3.4 The encoder–decoder with one embedding matrix shared by source and target.
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """Encoder–decoder returning the decoder's last hidden states (no output layer)."""
+
+    _tied_weights_keys = {
+        "encoder.embed_tokens.weight": "shared.weight",
+        "decoder.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.shared = value
+        self.encoder.embed_tokens = value
+        self.decoder.embed_tokens = value
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
+        output_hidden_states = bool(
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = bool(use_cache if use_cache is not None else self.config.use_cache)
+        self._require_eager_for_attentions(output_attentions)
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        encoder_hidden = encoder_outputs.last_hidden_state
+        _check_mask("attention_mask", attention_mask, encoder_hidden.shape[:2])
+
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_hidden,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_hidden,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# §6.1 Decoding limit: "maximum output length ... input length + 50".
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerSourceLengthLimit(LogitsProcessor):
+    """Force end-of-sentence once a row has produced ``limit[i]`` tokens (its source length + offset).
+
+    ``max_new_tokens`` can only bound the whole batch; this keeps the paper's per-sentence limit,
+    so a sentence gets the same translation alone and inside a padded batch.
+    """
+
+    def __init__(self, limits: torch.Tensor, eos_token_id: int):
+        self.limits = limits  # [batch], tokens allowed per source sentence, eos included
+        self.eos_token_id = eos_token_id
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        generated = input_ids.shape[1] - 1  # every row starts with decoder_start_token_id
+        limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
+        last = generated + 1 >= limits  # this token is the last one allowed
+        if last.any():
+            forced = torch.full_like(scores[last], -float("inf"))
+            forced[:, self.eos_token_id] = 0.0
+            scores = scores.clone()
+            scores[last] = forced
+        return scores
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The encoder–decoder plus the pre-softmax linear layer, tied to the shared embedding (§3.4).
+
+    ``labels`` → mean cross-entropy over positions whose label is not -100 (decoder inputs are the
+    labels shifted right). Label smoothing (§5.4) is applied by the training loop or by
+    ``Seq2SeqTrainer(label_smoothing_factor=0.1)``, not here, so the returned loss is the plain NLL.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+    # The loss honours `num_items_in_batch` (gradient accumulation in transformers' Trainer).
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        # §6.1 decoding defaults, saved to generation_config.json (which from_pretrained reads back).
+        # `source_length_offset` is ours: see `generate`.
+        token_ids = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+        self.generation_config = GenerationConfig(
+            **{name: getattr(config, name) for name in token_ids},
+            num_beams=4,
+            length_penalty=0.6,
+            source_length_offset=50,
+        )
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.shared
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' ``save_pretrained``, plus an ``AutoModel`` entry in ``auto_map``.
+
+        transformers writes into ``auto_map`` only the class being saved; we add the encoder–decoder
+        base class so that ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` works too.
+        """
+        if self._auto_class is not None:
+            module = VanillaTransformerModel.__module__.rsplit(".", 1)[-1]
+            auto_map = dict(getattr(self.config, "auto_map", None) or {})
+            auto_map.setdefault("AutoModel", f"{module}.VanillaTransformerModel")
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Used by ``DataCollatorForSeq2Seq(model=...)`` to add ``decoder_input_ids`` to batches."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            _check_ids("labels", labels, self.config.vocab_size, allow=-100)
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # [B, T, vocab]; softmax is left to the loss / generate
+
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(
+                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(logits.shape[:2])} "
+                    f"positions; `labels` and `decoder_input_ids` must have the same shape."
+                )
+            flat_logits, flat_labels = logits.float().flatten(0, 1), labels.flatten().to(logits.device)
+            if num_items_in_batch is None:
+                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
+            else:  # normalised over the whole accumulated batch, as transformers' Trainer expects
+                loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+                loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
+
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    @torch.no_grad()
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, **kwargs):
+        """``GenerationMixin.generate`` with the paper's length limit (§6.1).
+
+        When the caller sets no length (no ``max_length`` / ``max_new_tokens`` in the arguments or
+        in the generation config) and the generation config has ``source_length_offset`` (50 by
+        default), each sentence may produce at most *its source length + offset* tokens.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        offset = getattr(config, "source_length_offset", None)
+        length_given = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
+            config.max_length is not None or config.max_new_tokens is not None
+        )
+        if offset is not None and not length_given:
+            source_lengths = self._source_lengths(inputs, kwargs)
+            kwargs["max_new_tokens"] = int(source_lengths.max()) + offset
+            limit = VanillaTransformerSourceLengthLimit(source_lengths + offset, self.config.eos_token_id)
+            logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
+        return super().generate(inputs, generation_config, logits_processor, **kwargs)
+
+    def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
+        """Number of real (non-padding) source tokens per sentence."""
+        input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+        mask = kwargs.get("attention_mask")
+        if mask is not None:
+            return mask.sum(-1).long()
+        if input_ids is not None:
+            _check_ids("input_ids", input_ids, self.config.vocab_size)
+            return (input_ids != self.config.pad_token_id).sum(-1).long()
+        encoder_outputs = kwargs.get("encoder_outputs")
+        if encoder_outputs is not None:
+            hidden = encoder_outputs[0]
+            return torch.full((hidden.shape[0],), hidden.shape[1], dtype=torch.long)
+        raise ValueError("generate() needs `input_ids` (or `inputs`), or `encoder_outputs`.")
+
+
+__all__ = [
+    "VanillaTransformerPreTrainedModel",
+    "VanillaTransformerModel",
+    "VanillaTransformerForConditionalGeneration",
+    "sinusoidal_position_encoding",
+    "shift_tokens_right",
+]
