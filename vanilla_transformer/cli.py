@@ -32,6 +32,80 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_command(args: argparse.Namespace) -> int:
+    from .training import TrainConfig, train
+
+    accepted = {*TRAIN_OPTIONS, "resume", "progress", "cpu"}
+    overrides = {k: v for k, v in vars(args).items() if k in accepted and v is not None}
+    if args.model_json:
+        overrides["model"] = json.loads(args.model_json)
+    config = TrainConfig.from_file(args.config, **overrides) if args.config else TrainConfig(**overrides)
+    summary = train(config)
+    print(json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=2, default=str))
+    return 0
+
+
+def average_command(args: argparse.Namespace) -> int:
+    from transformers import AutoModelForSeq2SeqLM
+
+    from .checkpoints import average_into_model
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    average_into_model(model, args.checkpoints)
+    model.save_pretrained(args.output_dir)
+    print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
+    return 0
+
+
+def _load_for_inference(folder: str, device: str | None):
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device), tokenizer
+
+
+def _read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate_model
+
+    model, tokenizer = _load_for_inference(args.model, args.device)
+    sources, references = _read_lines(args.source), _read_lines(args.reference)
+    result = evaluate_model(
+        model, tokenizer, sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
+        length_penalty=args.length_penalty, batch_size=args.batch_size, progress=True,
+    )  # fmt: skip
+    print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
+    print(f"chrF {result['chrf']:.2f}  {result['chrf_signature']}")
+    return 0
+
+
+def translate_command(args: argparse.Namespace) -> int:
+    from .evaluation import translate
+
+    model, tokenizer = _load_for_inference(args.model, args.device)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    for line in translate(model, tokenizer, texts, num_beams=args.num_beams, batch_size=args.batch_size):
+        print(line)
+    return 0
+
+
+TRAIN_OPTIONS = {
+    "data": str, "src_lang": str, "tgt_lang": str, "hub_config": str, "tokenizer": str, "vocab_size": int,
+    "preset": str, "init_from": str, "max_tokens": int, "gradient_accumulation": int, "max_steps": int,
+    "max_minutes": float, "warmup_steps": int, "lr_factor": float, "label_smoothing": float,
+    "max_grad_norm": float, "mixed_precision": str, "seed": int, "eval_every": int,
+    "eval_bleu_sentences": int, "save_every": int, "keep_checkpoints": int, "average_last": int,
+    "output_dir": str, "log_with": str, "max_length": int,
+}  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -41,6 +115,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="also print the summary as JSON")
     p.set_defaults(func=demo)
+
+    p = commands.add_parser("train", help="train a translation model (the paper's recipe, on Accelerate)")
+    p.add_argument("--config", help="YAML or JSON file of training options; command-line options win")
+    for name, kind in TRAIN_OPTIONS.items():
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
+    p.add_argument("--model-json", help='model size overrides as JSON, e.g. \'{"d_model": 256}\'')
+    p.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    p.add_argument("--cpu", action="store_true", default=None, help="train on the CPU even if a GPU is present")
+    p.set_defaults(func=train_command)
+
+    p = commands.add_parser("average", help="average the weights of several checkpoints (§6.1)")
+    p.add_argument("checkpoints", nargs="+", help="checkpoint folders (holding model.safetensors)")
+    p.add_argument("--model", required=True, help="a saved model folder with the same configuration")
+    p.add_argument("--output-dir", required=True)
+    p.set_defaults(func=average_command)
+
+    for name, helptext in (("evaluate", "translate a test set and score it (sacreBLEU, chrF)"),
+                           ("translate", "translate sentences given as arguments or on stdin")):  # fmt: skip
+        p = commands.add_parser(name, help=helptext)
+        p.add_argument("--model", required=True, help="a saved model folder (model + tokenizer)")
+        p.add_argument("--num-beams", type=int, default=None, help="default: the model's (paper: 4)")
+        p.add_argument("--batch-size", type=int, default=32)
+        p.add_argument("--device", default=None)
+        if name == "evaluate":
+            p.add_argument("--source", required=True)
+            p.add_argument("--reference", required=True)
+            p.add_argument("--output", help="write the hypotheses here")
+            p.add_argument("--length-penalty", type=float, default=None)
+            p.set_defaults(func=evaluate_command)
+        else:
+            p.add_argument("text", nargs="*")
+            p.set_defaults(func=translate_command)
     return parser
 
 

@@ -1,0 +1,194 @@
+"""The training recipe: schedule, smoothing, a real run that learns, exact resume, atomic checkpoints."""
+
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vanilla_transformer.training import (
+    TrainConfig,
+    label_smoothed_loss,
+    list_checkpoints,
+    make_optimizer_and_schedule,
+    noam_learning_rate,
+    train,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+              "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    from accelerate.state import AcceleratorState, PartialState
+
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState._reset_state()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """2,000 / 100 / 40 pairs of the bundled Tatoeba split, as a folder of {split}.{lang} files."""
+    folder = tmp_path_factory.mktemp("corpus")
+    sizes = {"train": 2000, "valid": 100, "test": 40}
+    for split, n in sizes.items():
+        for lang in ("en", "de"):
+            with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(n)]
+            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def tiny_run(corpus: Path, output_dir: Path, **overrides) -> TrainConfig:
+    values = dict(
+        data=str(corpus), output_dir=str(output_dir), vocab_size=400, model={**TINY_MODEL, "dropout": 0.1},
+        max_tokens=512, max_steps=6, warmup_steps=4, lr_factor=2.0, eval_every=1000, save_every=3,
+        eval_bleu_sentences=8, eval_num_beams=1, progress=False, seed=3,
+    )  # fmt: skip
+    return TrainConfig(**{**values, **overrides})
+
+
+# ------------------------------------------------------------------ §5.3 / §5.4
+def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
+    config = TrainConfig(warmup_steps=4000)
+    model = torch.nn.Linear(2, 2)
+    optimizer, schedule = make_optimizer_and_schedule(model, config, d_model=512)
+    worst = 0.0
+    for step in range(20000):  # the scheduler's counter before update step+1
+        expected = noam_learning_rate(step, 512, 4000)
+        worst = max(worst, abs(schedule.get_last_lr()[0] - expected))
+        optimizer.step()
+        schedule.step()
+    assert worst < 1e-12
+    assert noam_learning_rate(4000, 512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)  # the peak
+
+
+def test_label_smoothing_matches_transformers_label_smoother():
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 11)
+    labels = torch.randint(0, 11, (2, 5))
+    labels[1, 3:] = -100
+    smoothed, nll = label_smoothed_loss(logits, labels, 0.1)
+    tokens = (labels != -100).sum()
+    reference = LabelSmoother(epsilon=0.1)({"logits": logits}, labels)
+    assert (smoothed / tokens).item() == pytest.approx(reference.item(), rel=1e-5)
+    assert (nll / tokens).item() == pytest.approx(torch.nn.functional.cross_entropy(logits[labels != -100], labels[labels != -100]).item(), rel=1e-5)
+
+
+# ------------------------------------------------------------------ a real run
+def test_a_short_run_on_real_text_lowers_validation_loss_and_saves_a_hub_folder(corpus, tmp_path):
+    config = tiny_run(corpus, tmp_path / "run", max_steps=120, eval_every=60, save_every=40, warmup_steps=40, lr_factor=0.3)
+    summary = train(config)
+    state = json.loads((list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "trainer_state.json").read_text())
+    losses = [r["valid_loss"] for r in state["history"] if "valid_loss" in r]
+    # uniform guessing over the 400-token vocabulary would give ln(400) = 6.0 (before smoothing)
+    assert len(losses) == 2 and losses[1] < losses[0] - 0.2 and losses[1] < math.log(400) - 1.0, losses
+    final = tmp_path / "run" / "final"
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                 "modeling_vanilla_transformer.py", "README.md"):  # fmt: skip
+        assert (final / name).is_file(), name
+    assert summary["averaged_checkpoints"] == ["checkpoint-40", "checkpoint-80", "checkpoint-120"]
+    assert summary["test"]["n"] == 40 and "nrefs:1" in summary["test"]["bleu_signature"]
+    assert len((tmp_path / "run" / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
+    card = (final / "README.md").read_text()
+    assert f"{summary['test']['bleu']:.2f}" in card and "sacrebleu" in card
+
+
+# ------------------------------------------------------------------ checkpoints and resume
+def test_resume_continues_exactly_where_the_run_stopped(corpus, tmp_path):
+    train(tiny_run(corpus, tmp_path / "full", max_steps=6))
+    train(tiny_run(corpus, tmp_path / "split", max_steps=3))
+    train(tiny_run(corpus, tmp_path / "split", max_steps=6, resume=True))
+    full = load_file(tmp_path / "full" / "checkpoints" / "checkpoint-6" / "model.safetensors")
+    resumed = load_file(tmp_path / "split" / "checkpoints" / "checkpoint-6" / "model.safetensors")
+    assert full.keys() == resumed.keys()
+    for name in full:
+        assert torch.equal(full[name], resumed[name]), name
+
+
+def test_half_written_checkpoints_are_ignored_and_reported(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(tiny_run(corpus, run, max_steps=3))
+    broken = run / "checkpoints" / ".tmp-checkpoint-6"
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes(b"garbage")
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["checkpoint-3"]
+    train(tiny_run(corpus, run, max_steps=6, resume=True))
+    printed = capsys.readouterr().out
+    assert "ignoring incomplete checkpoint .tmp-checkpoint-6" in printed and "resumed from checkpoint-3" in printed
+    assert not broken.exists()
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["checkpoint-3", "checkpoint-6"]
+
+
+def test_keeps_only_the_last_k_checkpoints(corpus, tmp_path):
+    train(tiny_run(corpus, tmp_path / "run", max_steps=8, save_every=2, keep_checkpoints=2, average_last=2))
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-6", "checkpoint-8"]
+
+
+# ------------------------------------------------------------------ bad input, before any training
+def test_refuses_to_overwrite_a_run_without_resume(corpus, tmp_path):
+    train(tiny_run(corpus, tmp_path / "run", max_steps=3))
+    with pytest.raises(ValueError, match="--resume"):
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6))
+
+
+def test_resuming_with_another_model_size_says_so(corpus, tmp_path):
+    train(tiny_run(corpus, tmp_path / "run", max_steps=3))
+    with pytest.raises(ValueError, match="Cannot resume.*shape"):
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6, resume=True, model={**TINY_MODEL, "d_model": 96}))
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [(dict(max_tokens=0), "max_tokens"), (dict(mixed_precision="fp8"), "mixed_precision"), (dict(label_smoothing=1.0), "label_smoothing")],
+)
+def test_out_of_range_options_are_rejected(overrides, words):
+    with pytest.raises(ValueError, match=words):
+        TrainConfig(**overrides)
+
+
+def test_options_from_yaml_and_unknown_keys(tmp_path):
+    (tmp_path / "run.yaml").write_text("max_steps: 7\nmodel:\n  d_model: 64\n")
+    config = TrainConfig.from_file(tmp_path / "run.yaml", seed=5)
+    assert (config.max_steps, config.model, config.seed) == (7, {"d_model": 64}, 5)
+    (tmp_path / "bad.yaml").write_text("max_stepz: 7\n")
+    with pytest.raises(ValueError, match="max_stepz"):
+        TrainConfig.from_file(tmp_path / "bad.yaml")
+
+
+def test_missing_corpus_fails_before_training(tmp_path):
+    with pytest.raises(ValueError, match="File not found: .*nowhere"):
+        train(tiny_run(tmp_path / "nowhere", tmp_path / "run"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# ------------------------------------------------------------------ data parallel
+def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
+    common = ["--data", str(corpus), "--vocab-size", "400", "--model-json", json.dumps({**TINY_MODEL, "dropout": 0.0}),
+              "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval-every", "1000",
+              "--save-every", "4", "--eval-bleu-sentences", "0", "--seed", "3", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    # the tokenizer is trained once and shared, so both runs see identical ids
+    one = subprocess.run([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "2",
+                          "--output-dir", str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+                          "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "1",
+                          "--tokenizer", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
+                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = load_file(tmp_path / "one" / "checkpoints" / "checkpoint-4" / "model.safetensors")
+    b = load_file(tmp_path / "two" / "checkpoints" / "checkpoint-4" / "model.safetensors")
+    gap = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert gap < 1e-5, gap

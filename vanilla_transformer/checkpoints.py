@@ -1,0 +1,244 @@
+"""Checkpoint averaging (Vaswani et al., 2017, §6.1).
+
+"For the base models, we used a single model obtained by averaging the last 5 checkpoints, which
+were written at 10-minute intervals. For the big models, we averaged the last 20 checkpoints."
+
+No well-kept library offers this for safetensors checkpoints: fairseq's ``scripts/average_checkpoints.py``
+does it for fairseq's own ``.pt`` format, and neither transformers nor accelerate has it. So it is
+written here, for the two layouts this project produces:
+
+* a folder holding ``model.safetensors`` — what both ``model.save_pretrained(folder)`` and
+  ``accelerate.Accelerator.save_state(folder)`` write (a sharded ``save_pretrained`` folder, with
+  ``model.safetensors.index.json``, works too);
+* a ``.safetensors`` file.
+
+Tied weights. Our model shares one matrix between the source embedding, the target embedding and the
+pre-softmax layer (§3.4). Both ``save_pretrained`` and ``Accelerator.save_state`` store it once, as
+``model.shared.weight``, and drop the tied names ``model.encoder.embed_tokens.weight``,
+``model.decoder.embed_tokens.weight`` and ``lm_head.weight``. :func:`average_into_model` fills them in
+from whichever name of a tied group the file holds, then loads with strict key matching, so that the
+tied parameters remain one tensor.
+
+Wrapper prefixes. ``Accelerator.save_state`` saves the *prepared* model without unwrapping it, so under
+DDP the keys start with ``module.`` and for a ``torch.compile``-d model with ``_orig_mod.``. A
+checkpoint whose keys *all* carry such a prefix is read without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+__all__ = ["average_checkpoints", "average_into_model", "resolve_checkpoint_files"]
+
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def _few(names: Iterable[str], k: int = 5) -> str:
+    names = sorted(names)
+    shown = ", ".join(repr(n) for n in names[:k])
+    return shown + (f" (and {len(names) - k} more)" if len(names) > k else "")
+
+
+def resolve_checkpoint_files(path: str | os.PathLike) -> list[Path]:
+    """The safetensors file(s) of one checkpoint: ``path`` itself, or the weights inside the folder ``path``."""
+    path = Path(path)
+    expected = (
+        f"expected a checkpoint folder holding {SAFE_WEIGHTS_NAME} (as written by save_pretrained or "
+        f"Accelerator.save_state) or a .safetensors file"
+    )
+    if path.is_dir():
+        single = path / SAFE_WEIGHTS_NAME
+        if single.is_file():
+            return [single]
+        index = path / SAFE_WEIGHTS_INDEX_NAME
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                raise ValueError(f"{index} is not a valid safetensors index ({error}).") from None
+            return [path / name for name in sorted(set(weight_map.values()))]
+        contents = sorted(p.name for p in path.iterdir())
+        found = _few(contents, 8) if contents else "nothing"
+        raise ValueError(f"Checkpoint folder {path} has no {SAFE_WEIGHTS_NAME}: {expected}. It contains {found}.")
+    if path.is_file():
+        return [path]
+    raise ValueError(f"Checkpoint {path} does not exist: {expected}.")
+
+
+def _strip_wrapper_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    changed = True
+    while changed and state:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if all(key.startswith(prefix) for key in state):
+                state = {key[len(prefix) :]: value for key, value in state.items()}
+                changed = True
+    return state
+
+
+def _load_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for file in resolve_checkpoint_files(path):
+        if not file.is_file():
+            raise ValueError(f"Checkpoint {path}: shard {file} listed in its index does not exist.")
+        try:
+            part = load_file(str(file), device="cpu")
+        except Exception as error:  # safetensors raises SafetensorError (or OSError) on a bad file
+            raise ValueError(
+                f"{file} is not a valid safetensors file (truncated, corrupt, or another format such as a "
+                f"torch .bin/.pt pickle): {error}"
+            ) from None
+        state.update(part)
+    return _strip_wrapper_prefixes(state)
+
+
+def average_checkpoints(paths: list[str | os.PathLike]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of several checkpoints of the same model (the paper's checkpoint averaging).
+
+    Float tensors are summed in float64 and the mean is cast back to each tensor's own dtype, so the
+    average of identical checkpoints is bit-exact. Non-float tensors (integer buffers and the like)
+    must be equal in every checkpoint and are copied. Checkpoints are read one at a time, so memory
+    holds one checkpoint plus the float64 sums.
+
+    Args:
+        paths: checkpoint folders holding ``model.safetensors`` (``save_pretrained`` or
+            ``Accelerator.save_state``) and/or ``.safetensors`` files, e.g. the last 5 (base model)
+            or 20 (big model) checkpoints of a run.
+
+    Returns:
+        The averaged state dict (CPU tensors), with the keys of the files (tied weights appear once,
+        as saved; :func:`average_into_model` loads it into a model).
+
+    Raises:
+        ValueError: no paths; a path that does not exist or a folder without ``model.safetensors``;
+            a file that is not valid safetensors; checkpoints with different key sets, shapes, or
+            (for non-float tensors) values.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = list(paths)
+    if not paths:
+        raise ValueError("average_checkpoints() needs at least one checkpoint path, got an empty list.")
+
+    first_path = paths[0]
+    first = _load_checkpoint(first_path)
+    sums: dict[str, torch.Tensor] = {}
+    result: dict[str, torch.Tensor] = {}
+    for key, tensor in first.items():
+        if tensor.is_floating_point():
+            sums[key] = tensor.to(torch.float64, copy=True)
+        else:
+            result[key] = tensor
+    dtypes = {key: tensor.dtype for key, tensor in first.items()}
+    shapes = {key: tuple(tensor.shape) for key, tensor in first.items()}
+    del first
+
+    for path in paths[1:]:
+        state = _load_checkpoint(path)
+        if state.keys() != shapes.keys():
+            only_first = shapes.keys() - state.keys()
+            only_here = state.keys() - shapes.keys()
+            parts = []
+            if only_first:
+                parts.append(f"{len(only_first)} key(s) only in {first_path}: {_few(only_first)}")
+            if only_here:
+                parts.append(f"{len(only_here)} key(s) only in {path}: {_few(only_here)}")
+            raise ValueError(
+                f"Checkpoints {first_path} and {path} have different key sets, so they are not checkpoints "
+                f"of the same model: " + "; ".join(parts) + "."
+            )
+        for key, tensor in state.items():
+            if tuple(tensor.shape) != shapes[key]:
+                raise ValueError(
+                    f"Checkpoints {first_path} and {path} have different shapes for {key!r}: "
+                    f"{shapes[key]} vs {tuple(tensor.shape)}."
+                )
+            if key in sums:
+                if not tensor.is_floating_point():
+                    raise ValueError(
+                        f"{key!r} is a float tensor ({dtypes[key]}) in {first_path} but {tensor.dtype} in {path}."
+                    )
+                sums[key] += tensor.to(torch.float64)
+            elif not torch.equal(tensor, result[key]):
+                raise ValueError(
+                    f"Non-float tensor {key!r} ({dtypes[key]}) differs between {first_path} and {path}; "
+                    f"only float tensors are averaged, others must be equal in every checkpoint."
+                )
+        del state
+
+    n = len(paths)
+    for key, total in sums.items():
+        result[key] = (total / n).to(dtypes[key])
+    return {key: result[key] for key in shapes}  # the files' key order
+
+
+def _tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """State-dict names that refer to the same parameter/buffer object (e.g. the shared embedding)."""
+    by_tensor: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        by_tensor.setdefault(id(tensor), []).append(name)
+    return [names for names in by_tensor.values() if len(names) > 1]
+
+
+def average_into_model(model: torch.nn.Module, paths: list[str | os.PathLike]) -> Any:
+    """Load the average of the checkpoints ``paths`` into ``model`` (in place) and return it.
+
+    Keys must match the model's exactly (``strict``), except for tied weights: a checkpoint stores a
+    tied group (``model.shared.weight`` = ``model.encoder.embed_tokens.weight`` =
+    ``model.decoder.embed_tokens.weight`` = ``lm_head.weight``) under at least one of its names, and
+    the others are filled in from it. The values are copied into the model's existing tensors, so tied
+    parameters remain one tensor (``model.lm_head.weight is model.model.shared.weight``).
+
+    Raises:
+        ValueError: any error of :func:`average_checkpoints`; a tied group absent from the checkpoint,
+            or stored under several names with different values; keys missing from or unexpected by
+            the model; shape mismatches.
+    """
+    averaged = average_checkpoints(paths)
+    expected = model.state_dict()
+    for group in _tied_groups(model):
+        present = [name for name in group if name in averaged]
+        if not present:
+            continue  # reported below as missing keys
+        source = averaged[present[0]]
+        for other in present[1:]:
+            if not torch.equal(averaged[other], source):
+                raise ValueError(
+                    f"The checkpoint stores the tied weights {present[0]!r} and {other!r} with different values, "
+                    f"but in this model they are one tensor (config.tie_word_embeddings="
+                    f"{getattr(getattr(model, 'config', None), 'tie_word_embeddings', None)})."
+                )
+        for name in group:
+            averaged.setdefault(name, source)
+
+    missing = expected.keys() - averaged.keys()
+    unexpected = averaged.keys() - expected.keys()
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing from the checkpoint: {_few(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} not in the model: {_few(unexpected)}")
+        raise ValueError(
+            "The averaged checkpoints do not match the model's parameters (" + "; ".join(parts) + "). Were they "
+            "saved from a model with the same configuration?"
+        )
+    mismatched = [
+        f"{key!r}: checkpoint {tuple(value.shape)} vs model {tuple(expected[key].shape)}"
+        for key, value in averaged.items()
+        if tuple(value.shape) != tuple(expected[key].shape)
+    ]
+    if mismatched:
+        raise ValueError("Shape mismatch between the averaged checkpoints and the model: " + "; ".join(mismatched[:5]))
+
+    model.load_state_dict(averaged, strict=True)
+    return model

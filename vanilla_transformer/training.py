@@ -1,0 +1,550 @@
+"""The paper's training recipe (§5) on Accelerate: one loop for a laptop CPU, one GPU or many.
+
+    §5.1  batches of sentence pairs with similar lengths, capped in tokens  -> data.TokenBucketBatchSampler
+    §5.3  Adam(β1 0.9, β2 0.98, ε 1e-9);
+          lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)        -> transformers' inverse_sqrt schedule
+    §5.4  residual dropout (config.dropout) and label smoothing ε_ls = 0.1  -> label_smoothed_loss
+    §6.1  average the last 5 checkpoints                                    -> checkpoints.average_into_model
+
+Accelerate (considered against transformers' Trainer, which the examples also show) gives device
+placement, DDP across processes and nodes, bf16/fp16 autocast, trackers, and ``save_state`` /
+``load_state`` of model, optimizer, scheduler and every RNG. This module adds what it does not
+have: token-bucketed batches sharded per process, loss normalised over the whole global batch,
+atomic rotating checkpoints, exact resumption in the middle of an epoch, and checkpoint averaging.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+CHECKPOINT_PREFIX = "checkpoint-"
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; readable from YAML/JSON (``TrainConfig.from_file``) and the command line."""
+
+    # data
+    data: str = "data/tatoeba_en_de"  # folder of {split}.{lang}[.gz], path prefix, .tsv, .jsonl, or a Hub name
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    hub_config: str | None = None  # e.g. "de-en" for wmt14
+    train_split: str = "train"
+    valid_split: str = "validation"
+    test_split: str | None = "test"
+    max_length: int = 128  # pairs longer than this (in tokens, either side) are dropped and counted
+    # tokenizer: an existing folder, or a joint BPE trained on the training data
+    tokenizer: str | None = None
+    vocab_size: int = 8000
+    # model: a preset of Table 3 plus overrides, or a saved model to continue from
+    preset: str = "base"
+    model: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None
+    # optimisation (§5.3, §5.4)
+    max_tokens: int = 4096  # padded tokens per batch and side, per process (paper: ~25,000 per step on 8 GPUs)
+    gradient_accumulation: int = 1
+    max_steps: int = 1000
+    max_minutes: float | None = None  # stop earlier when this wall-clock budget is spent
+    warmup_steps: int = 4000
+    lr_factor: float = 1.0  # multiplies the paper's schedule
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-9
+    label_smoothing: float = 0.1
+    max_grad_norm: float | None = None
+    mixed_precision: str = "no"  # no | bf16 | fp16
+    seed: int = 0
+    # evaluation
+    eval_every: int = 500
+    eval_bleu_sentences: int = 200  # validation sentences translated (beam search) at each evaluation
+    eval_num_beams: int = 4
+    # checkpoints and output
+    output_dir: str = "outputs/run"
+    save_every: int = 500
+    keep_checkpoints: int = 5
+    average_last: int = 5  # the paper averages the last 5 checkpoints
+    resume: bool = False
+    log_with: str | None = None  # e.g. "tensorboard"
+    cpu: bool = False  # train on the CPU even when a GPU is present
+    progress: bool = True
+
+    def __post_init__(self):
+        checks = {
+            "max_tokens": self.max_tokens >= 1,
+            "gradient_accumulation": self.gradient_accumulation >= 1,
+            "max_steps": self.max_steps >= 1,
+            "warmup_steps": self.warmup_steps >= 1,
+            "save_every": self.save_every >= 1,
+            "eval_every": self.eval_every >= 1,
+            "keep_checkpoints": self.keep_checkpoints >= 1,
+            "average_last": self.average_last >= 1,
+            "max_length": self.max_length >= 2,
+            "vocab_size": self.vocab_size >= 300,
+            "label_smoothing": 0.0 <= self.label_smoothing < 1.0,
+            "lr_factor": self.lr_factor > 0,
+            "max_minutes": self.max_minutes is None or self.max_minutes > 0,
+            "mixed_precision": self.mixed_precision in ("no", "bf16", "fp16"),
+            "preset": self.preset in ("base", "big"),
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"TrainConfig: {name}={getattr(self, name)!r} is out of range; see `train --help`.")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **overrides) -> "TrainConfig":
+        """Read a YAML or JSON file of TrainConfig fields; ``overrides`` win."""
+        text = Path(path).read_text(encoding="utf-8")
+        if str(path).endswith((".yaml", ".yml")):
+            import yaml
+
+            values = yaml.safe_load(text) or {}
+        else:
+            values = json.loads(text)
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"{path}: unknown training option(s) {sorted(unknown)}.")
+        return cls(**{**values, **overrides})
+
+
+# --------------------------------------------------------------------------------------------
+# §5.3 learning rate and §5.4 label smoothing
+# --------------------------------------------------------------------------------------------
+def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)  (§5.3, equation 3)."""
+    if step == 0:
+        return 0.0
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def make_optimizer_and_schedule(model: torch.nn.Module, config: TrainConfig, d_model: int):
+    """Adam and transformers' ``inverse_sqrt`` schedule, which equals the paper's formula when the peak
+    learning rate is d_model^-0.5 · warmup^-0.5 (tested). The scheduler counts from 0, so update k uses
+    the paper's lrate(k - 1) and the very first update has learning rate 0."""
+    from transformers.optimization import get_inverse_sqrt_schedule
+
+    peak = config.lr_factor * d_model**-0.5 * config.warmup_steps**-0.5
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=peak, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon
+    )
+    return optimizer, get_inverse_sqrt_schedule(optimizer, num_warmup_steps=config.warmup_steps)
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over target tokens (labels != -100) of the label-smoothed cross-entropy and of the plain NLL.
+
+    With smoothing ε the target distribution puts 1-ε on the gold token and ε spread uniformly over
+    the vocabulary; this is torch's ``cross_entropy(label_smoothing=ε)``, the same as transformers'
+    ``LabelSmoother`` used by ``Seq2SeqTrainer(label_smoothing_factor=ε)``.
+    """
+    logits, labels = logits.float().flatten(0, 1), labels.flatten()
+    smoothed = F.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum")
+    with torch.no_grad():
+        nll = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+    return smoothed, nll
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints: written to a temporary folder, then renamed, so the newest one is always complete.
+# --------------------------------------------------------------------------------------------
+def list_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first. Half-written ``.tmp-*`` folders are not listed."""
+    if not checkpoint_dir.is_dir():
+        return []
+    found = [p for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX)]
+    found = [p for p in found if (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
+
+
+def incomplete_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    if not checkpoint_dir.is_dir():
+        return []
+    return sorted(p for p in checkpoint_dir.iterdir() if p.name.startswith(".tmp-"))
+
+
+def save_checkpoint(accelerator, checkpoint_dir: Path, state: dict, keep: int) -> Path:
+    """``accelerator.save_state`` into ``.tmp-checkpoint-N``, then an atomic rename to ``checkpoint-N``;
+    the oldest checkpoints beyond ``keep`` are deleted only after the new one is complete."""
+    final = checkpoint_dir / f"{CHECKPOINT_PREFIX}{state['step']}"
+    tmp = checkpoint_dir / f".tmp-{final.name}"
+    if accelerator.is_main_process:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _write_json_atomic(tmp / STATE_FILE, state)
+        if final.exists():  # same step saved again (e.g. after a resume): replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(checkpoint_dir)
+        for old in list_checkpoints(checkpoint_dir)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+@dataclass
+class _Split:
+    input_ids: list[list[int]]
+    labels: list[list[int]]
+    sources: list[str]
+    targets: list[str]
+
+
+def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
+    """Load the corpus, get the tokenizer (load or train the joint BPE), tokenise, drop over-long pairs."""
+    from .data import load_parallel_corpus, tokenize_corpus
+    from .tokenization import train_joint_bpe
+
+    corpus = load_parallel_corpus(config.data, config.src_lang, config.tgt_lang, hub_config=config.hub_config)
+    for needed in (config.train_split, config.valid_split):
+        if needed not in corpus:
+            raise ValueError(
+                f"The corpus {config.data!r} has splits {sorted(corpus)}, not {needed!r}. "
+                f"Set train_split / valid_split to existing ones."
+            )
+    tokenizer_dir = output_dir / "tokenizer"
+    if config.tokenizer is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+    elif (tokenizer_dir / "tokenizer.json").is_file():  # resuming: the run's own tokenizer
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        with accelerator.main_process_first():
+            if accelerator.is_main_process:
+                train = corpus[config.train_split]
+                texts = (text for pair in zip(train["source"], train["target"]) for text in pair)
+                train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False).save_pretrained(tokenizer_dir)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+
+    splits, dropped = {}, {}
+    for name in {config.train_split, config.valid_split, config.test_split} - {None}:
+        if name not in corpus:
+            continue
+        tokenized, n_dropped = tokenize_corpus(corpus[name], tokenizer, max_length=config.max_length)
+        splits[name] = _Split(tokenized["input_ids"], tokenized["labels"], tokenized["source"], tokenized["target"])
+        dropped[name] = n_dropped
+    return tokenizer, splits, dropped
+
+
+def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, torch.Tensor]:
+    from .data import collate_batch
+
+    return collate_batch(
+        [{"input_ids": split.input_ids[i], "labels": split.labels[i]} for i in indices], pad_token_id=pad_token_id
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
+def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditionalGeneration:
+    from .tokenization import check_tokenizer_matches_model
+
+    if config.init_from is not None:
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(config.init_from)
+    else:
+        preset = getattr(VanillaTransformerConfig, config.preset)
+        ids = dict(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            unk_token_id=tokenizer.unk_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+        )
+        model = VanillaTransformerForConditionalGeneration(preset(**{**ids, **config.model}))
+    check_tokenizer_matches_model(tokenizer, model.config)
+    return model
+
+
+@torch.no_grad()
+def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
+    from .data import TokenBucketBatchSampler
+
+    model.eval()
+    sampler = TokenBucketBatchSampler(
+        list(zip(map(len, split.input_ids), map(len, split.labels))),
+        max_tokens=config.max_tokens,
+        shuffle=False,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+        drop_last=False,
+    )
+    totals = torch.zeros(3, device=accelerator.device, dtype=torch.float64)  # smoothed, nll, tokens
+    for indices in sampler:
+        batch = {k: v.to(accelerator.device) for k, v in _collate(split, indices, pad_token_id).items()}
+        with accelerator.autocast():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
+        smoothed, nll = label_smoothed_loss(logits, batch["labels"], config.label_smoothing)
+        totals += torch.stack([smoothed.double(), nll.double(), (batch["labels"] != -100).sum().double()])
+    totals = accelerator.reduce(totals, "sum")  # (padding batches repeated on some ranks count twice: negligible)
+    model.train()
+    loss, nll = (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
+    return {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50))}
+
+
+def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accelerator) -> dict:
+    from .evaluation import score, translate
+
+    n = min(config.eval_bleu_sentences, len(split.sources))
+    if n == 0 or not accelerator.is_main_process:
+        return {}
+    unwrapped = accelerator.unwrap_model(model)
+    unwrapped.eval()
+    hypotheses = translate(unwrapped, tokenizer, split.sources[:n], num_beams=config.eval_num_beams)
+    unwrapped.train()
+    result = score(hypotheses, split.targets[:n])
+    return {"valid_bleu": result["bleu"], "valid_chrf": result["chrf"], "example": hypotheses[0]}
+
+
+def train(config: TrainConfig) -> dict:
+    """Train, checkpoint, average the last checkpoints, save a Hub-ready folder; returns a summary.
+
+    Layout of ``config.output_dir``: ``tokenizer/``, ``checkpoints/checkpoint-<step>/`` (accelerate
+    state + ``trainer_state.json``), ``final/`` (model, tokenizer, generation config, model card),
+    ``train_config.json``, ``results.json``.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    from .data import TokenBucketBatchSampler
+
+    start_time = time.monotonic()
+    output_dir = Path(config.output_dir)
+    checkpoint_dir = output_dir / "checkpoints"
+    accelerator = Accelerator(
+        # without a GPU (or other accelerator), cpu=True lets accelerate see torchrun's processes (gloo)
+        cpu=config.cpu or not _has_accelerator(),
+        mixed_precision=config.mixed_precision,
+        log_with=config.log_with,
+        project_dir=str(output_dir),
+        step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, whatever the process count
+    )
+    log = accelerator.print
+    log(f"{accelerator.num_processes} process(es) on {accelerator.device}, mixed precision {config.mixed_precision}")
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    existing = list_checkpoints(checkpoint_dir)
+    if existing and not config.resume:
+        raise ValueError(
+            f"{checkpoint_dir} already holds checkpoints ({existing[-1].name}); pass --resume to continue that run "
+            f"or choose another --output-dir."
+        )
+    set_seed(config.seed)
+
+    tokenizer, splits, dropped = _prepare_data(config, accelerator, output_dir)
+    train_split, valid_split = splits[config.train_split], splits[config.valid_split]
+    for name, n in dropped.items():
+        log(f"{name}: {len(splits[name].input_ids):,} pairs kept, {n:,} dropped (empty or > {config.max_length} tokens)")
+    if not train_split.input_ids:
+        raise ValueError("No training pairs left after filtering; check the corpus and max_length.")
+
+    model = _build_model(config, tokenizer)
+    optimizer, scheduler = make_optimizer_and_schedule(model, config, model.config.d_model)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    pad_id = tokenizer.pad_token_id
+
+    # Batches: bucketed by length, shuffled per epoch, sharded over processes. Not passed to
+    # accelerator.prepare: the sampler shards itself, and its order depends only on (seed, epoch).
+    sampler = TokenBucketBatchSampler(
+        list(zip(map(len, train_split.input_ids), map(len, train_split.labels))),
+        max_tokens=config.max_tokens,
+        seed=config.seed,
+        num_replicas=accelerator.num_processes,
+        rank=accelerator.process_index,
+        drop_last=True,
+    )
+    if len(sampler) < config.gradient_accumulation:
+        raise ValueError(
+            f"Only {len(sampler)} batches per process per epoch, fewer than gradient_accumulation="
+            f"{config.gradient_accumulation}; lower max_tokens or gradient_accumulation."
+        )
+    steps_per_epoch = len(sampler) // config.gradient_accumulation
+
+    state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "history": []}
+    if config.resume:
+        for broken in incomplete_checkpoints(checkpoint_dir):
+            log(f"ignoring incomplete checkpoint {broken.name} (a save was interrupted); deleting it")
+            if accelerator.is_main_process:
+                shutil.rmtree(broken, ignore_errors=True)
+        if existing:
+            _check_resume_compatible(existing[-1], accelerator.unwrap_model(model))
+            accelerator.load_state(str(existing[-1]))
+            state = json.loads((existing[-1] / STATE_FILE).read_text())
+            log(f"resumed from {existing[-1].name} (step {state['step']}, epoch {state['epoch']})")
+        else:
+            log("--resume: no checkpoint found, starting from scratch")
+    if accelerator.is_main_process:
+        _write_json_atomic(output_dir / "train_config.json", dataclasses.asdict(config))
+    if config.log_with:
+        accelerator.init_trackers("vanilla_transformer", config={k: str(v) for k, v in dataclasses.asdict(config).items()})
+
+    model.train()
+    show = config.progress and accelerator.is_local_main_process
+    bar = tqdm(total=config.max_steps, initial=state["step"], desc="training", disable=not show)
+    deadline = start_time + config.max_minutes * 60 if config.max_minutes else None
+    window = torch.zeros(3, dtype=torch.float64)  # smoothed-loss sum, NLL sum, tokens since the last record
+    epoch_batches, batches_epoch = [], None
+    stop_reason = "max_steps" if state["step"] >= config.max_steps else None
+    while stop_reason is None:
+        if batches_epoch != state["epoch"]:  # this process's batches of the epoch, in the epoch's order
+            sampler.set_epoch(state["epoch"])
+            epoch_batches, batches_epoch = list(sampler), state["epoch"]
+        k, accumulation = state["step_in_epoch"], config.gradient_accumulation
+        micro = [_collate(train_split, indices, pad_id) for indices in epoch_batches[k * accumulation : (k + 1) * accumulation]]
+        # Normalise by the target tokens of the whole global batch (all micro-batches, all processes), so
+        # the update does not depend on how the batch is split; DDP averages over processes, hence the
+        # factor num_processes.
+        local_tokens = torch.tensor(sum(int((b["labels"] != -100).sum()) for b in micro), device=accelerator.device)
+        global_tokens = accelerator.reduce(local_tokens, "sum").item()
+        for i, batch in enumerate(micro):
+            batch = {key: value.to(accelerator.device) for key, value in batch.items()}
+            with accelerator.no_sync(model) if i < len(micro) - 1 else nullcontext():
+                with accelerator.autocast():
+                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
+                smoothed, nll = label_smoothed_loss(logits, batch["labels"], config.label_smoothing)
+                accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
+            window += torch.tensor([smoothed.item(), nll.item(), float((batch["labels"] != -100).sum())])
+        if not math.isfinite(window[0].item()):
+            raise FloatingPointError(
+                f"Non-finite training loss at step {state['step'] + 1}; the last good checkpoint is kept in "
+                f"{checkpoint_dir}. Lower lr_factor, set max_grad_norm, or use bf16 instead of fp16."
+            )
+        if config.max_grad_norm is not None:
+            accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["step_in_epoch"] += 1
+        if state["step_in_epoch"] == steps_per_epoch:
+            state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
+        bar.update(1)
+
+        if state["step"] >= config.max_steps:
+            stop_reason = "max_steps"
+        elif deadline is not None and time.monotonic() > deadline:
+            stop_reason = "max_minutes"
+        record = None
+        if state["step"] % 50 == 0 or stop_reason:
+            tokens = max(window[2].item(), 1.0)
+            record = {"step": state["step"], "train_loss": window[0].item() / tokens,
+                      "train_nll": window[1].item() / tokens, "lr": scheduler.get_last_lr()[0]}  # fmt: skip
+            window.zero_()
+            bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}")
+        if state["step"] % config.eval_every == 0 or stop_reason:
+            record = {**(record or {"step": state["step"]}), **_validation_loss(model, valid_split, config, accelerator, pad_id)}
+            record.update(_validation_bleu(model, tokenizer, valid_split, config, accelerator))
+            log(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+        if record is not None:
+            state["history"].append(record)
+            if config.log_with:
+                accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=state["step"])
+        if state["step"] % config.save_every == 0 or stop_reason:
+            save_checkpoint(accelerator, checkpoint_dir, state, config.keep_checkpoints)
+    bar.close()
+    train_seconds = time.monotonic() - start_time
+    summary = _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir, output_dir)
+    summary.update(stop_reason=stop_reason, train_seconds=train_seconds, dropped=dropped)
+    if accelerator.is_main_process:
+        _write_json_atomic(output_dir / "results.json", summary)
+    accelerator.end_training()
+    return summary
+
+
+def _has_accelerator() -> bool:
+    backend = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return backend.is_available() if backend is not None else torch.cuda.is_available()
+
+
+def _check_resume_compatible(checkpoint: Path, model) -> None:
+    """Refuse to resume into a model of another size (clear message instead of a shape error)."""
+    from safetensors import safe_open
+
+    files = sorted(checkpoint.glob("model*.safetensors"))
+    if not files:
+        raise ValueError(f"{checkpoint} has no model*.safetensors; it is not a complete training checkpoint.")
+    expected = {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    with safe_open(str(files[0]), framework="pt") as f:
+        for name in f.keys():
+            shape = tuple(f.get_slice(name).get_shape())
+            if name in expected and expected[name] != shape:
+                raise ValueError(
+                    f"Cannot resume from {checkpoint}: {name} has shape {shape} there but {expected[name]} in the "
+                    f"model being trained. Resume with the same model settings, or use a new --output-dir."
+                )
+
+
+def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir, output_dir) -> dict:
+    """Average the last checkpoints (§6.1), save the Hub-ready folder, score the test split."""
+    from .cards import write_model_card
+    from .checkpoints import average_into_model
+    from .evaluation import evaluate_model
+
+    summary: dict[str, Any] = {"steps": state["step"], "epoch": state["epoch"], "step_in_epoch": state["step_in_epoch"]}
+    if not accelerator.is_main_process:
+        accelerator.wait_for_everyone()
+        return summary
+    unwrapped = accelerator.unwrap_model(model)
+    checkpoints = list_checkpoints(checkpoint_dir)[-config.average_last :]
+    if len(checkpoints) > 1:
+        average_into_model(unwrapped, checkpoints)
+    summary["averaged_checkpoints"] = [p.name for p in checkpoints]
+    unwrapped.eval()
+    final_dir = output_dir / "final"
+    unwrapped.save_pretrained(final_dir)
+    tokenizer.save_pretrained(final_dir)
+    last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
+    summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
+    if config.test_split and config.test_split in splits:
+        test = splits[config.test_split]
+        result = evaluate_model(unwrapped, tokenizer, test.sources, test.targets,
+                                hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.tgt_lang}",
+                                progress=config.progress)  # fmt: skip
+        summary["test"] = {k: result[k] for k in ("bleu", "bleu_signature", "chrf", "chrf_signature", "n", "seconds")}
+    write_model_card(final_dir, config=config, model_config=unwrapped.config, summary=summary)
+    summary["final_dir"] = str(final_dir)
+    accelerator.wait_for_everyone()
+    return summary
