@@ -1,5 +1,8 @@
 """Shared helpers for the test suite: tiny configurations and random batches."""
 
+import gzip
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -31,3 +34,26 @@ def random_ids(batch: int, length: int, vocab: int = 61, seed: int = 0) -> torch
 @pytest.fixture
 def model():
     return tiny_model()
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Accelerate keeps process-wide state; reset it so each training run in a test starts clean."""
+    yield
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState._reset_state()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """2,000 / 100 / 40 pairs of the bundled Tatoeba split, as a folder of {split}.{lang} files."""
+    folder = tmp_path_factory.mktemp("corpus")
+    bundled = Path(__file__).resolve().parents[1] / "data" / "tatoeba_en_de"
+    for split, n in {"train": 2000, "valid": 100, "test": 40}.items():
+        for lang in ("en", "de"):
+            with gzip.open(bundled / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(n)]
+            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder

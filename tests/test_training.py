@@ -1,6 +1,5 @@
 """The training recipe: schedule, smoothing, a real run that learns, exact resume, atomic checkpoints."""
 
-import gzip
 import json
 import math
 import os
@@ -24,28 +23,6 @@ from vanilla_transformer.training import (
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
               "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    from accelerate.state import AcceleratorState, PartialState
-
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-    PartialState._reset_state()
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    """2,000 / 100 / 40 pairs of the bundled Tatoeba split, as a folder of {split}.{lang} files."""
-    folder = tmp_path_factory.mktemp("corpus")
-    sizes = {"train": 2000, "valid": 100, "test": 40}
-    for split, n in sizes.items():
-        for lang in ("en", "de"):
-            with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(n)]
-            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
-    return folder
 
 
 def tiny_run(corpus: Path, output_dir: Path, **overrides) -> TrainConfig:

@@ -74,7 +74,7 @@ The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), trained w
 one embedding matrix shared by source, target and output layer.
 
 ## Training
-{summary.get("steps")} steps ({summary.get("stop_reason", "max_steps")}) in {summary.get("train_seconds", 0) / 60:.1f} minutes;
+{summary.get("step")} steps ({summary.get("stop_reason", "max_steps")}), {summary.get("target_tokens", 0):,} target tokens, in {summary.get("loop_seconds", 0) / 60:.1f} minutes;
 Adam(0.9, 0.98, 1e-9), warm-up {config.warmup_steps} steps then inverse square root (lr factor {config.lr_factor}),
 label smoothing {config.label_smoothing}, at most {config.max_tokens} tokens per batch and side
 × {config.gradient_accumulation} accumulation, mixed precision `{config.mixed_precision}`, seed {config.seed};

@@ -41,7 +41,15 @@ def train_command(args: argparse.Namespace) -> int:
         overrides["model"] = json.loads(args.model_json)
     config = TrainConfig.from_file(args.config, **overrides) if args.config else TrainConfig(**overrides)
     summary = train(config)
-    print(json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=2, default=str))
+    if "final_dir" not in summary:  # not the main process: it saves and scores nothing
+        return 0
+    print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens in "
+          f"{summary['loop_seconds'] / 60:.1f} min ({summary['stop_reason']}); "
+          f"averaged {len(summary['averaged_checkpoints'])} checkpoints; saved {summary['final_dir']}")  # fmt: skip
+    if "test" in summary:
+        test = summary["test"]
+        print(f"test ({test['n']} sentences, beam search): sacreBLEU {test['bleu']:.2f}  {test['bleu_signature']}")
+        print(f"                                      chrF {test['chrf']:.2f}  {test['chrf_signature']}")
     return 0
 
 

@@ -243,6 +243,12 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
     if config.tokenizer is not None:
         from transformers import AutoTokenizer
 
+        if not (Path(config.tokenizer) / "tokenizer.json").is_file():
+            raise ValueError(
+                f"tokenizer={config.tokenizer!r} is not a folder with a tokenizer.json (a saved tokenizer); "
+                f"give a saved tokenizer or leave the option out to train a joint BPE."
+            )
+
         tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
     elif (tokenizer_dir / "tokenizer.json").is_file():  # resuming: the run's own tokenizer
         from transformers import AutoTokenizer
@@ -375,6 +381,7 @@ def train(config: TrainConfig) -> dict:
     set_seed(config.seed)
 
     tokenizer, splits, dropped = _prepare_data(config, accelerator, output_dir)
+    log(f"data ready in {time.monotonic() - start_time:.0f} s")
     train_split, valid_split = splits[config.train_split], splits[config.valid_split]
     for name, n in dropped.items():
         log(f"{name}: {len(splits[name].input_ids):,} pairs kept, {n:,} dropped (empty or > {config.max_length} tokens)")
@@ -403,7 +410,7 @@ def train(config: TrainConfig) -> dict:
         )
     steps_per_epoch = len(sampler) // config.gradient_accumulation
 
-    state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "history": []}
+    state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "target_tokens": 0, "loop_seconds": 0.0, "history": []}
     if config.resume:
         for broken in incomplete_checkpoints(checkpoint_dir):
             log(f"ignoring incomplete checkpoint {broken.name} (a save was interrupted); deleting it")
@@ -428,6 +435,7 @@ def train(config: TrainConfig) -> dict:
     window = torch.zeros(3, dtype=torch.float64)  # smoothed-loss sum, NLL sum, tokens since the last record
     epoch_batches, batches_epoch = [], None
     stop_reason = "max_steps" if state["step"] >= config.max_steps else None
+    loop_start = time.monotonic() - state["loop_seconds"]
     while stop_reason is None:
         if batches_epoch != state["epoch"]:  # this process's batches of the epoch, in the epoch's order
             sampler.set_epoch(state["epoch"])
@@ -459,6 +467,8 @@ def train(config: TrainConfig) -> dict:
         optimizer.zero_grad(set_to_none=True)
         state["step"] += 1
         state["step_in_epoch"] += 1
+        state["target_tokens"] += global_tokens
+        state["loop_seconds"] = time.monotonic() - loop_start
         if state["step_in_epoch"] == steps_per_epoch:
             state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
         bar.update(1)
@@ -471,7 +481,8 @@ def train(config: TrainConfig) -> dict:
         if state["step"] % 50 == 0 or stop_reason:
             tokens = max(window[2].item(), 1.0)
             record = {"step": state["step"], "train_loss": window[0].item() / tokens,
-                      "train_nll": window[1].item() / tokens, "lr": scheduler.get_last_lr()[0]}  # fmt: skip
+                      "train_nll": window[1].item() / tokens, "lr": scheduler.get_last_lr()[0],
+                      "target_tokens_per_s": state["target_tokens"] / max(state["loop_seconds"], 1e-9)}  # fmt: skip
             window.zero_()
             bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}")
         if state["step"] % config.eval_every == 0 or stop_reason:
@@ -523,7 +534,7 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
     from .checkpoints import average_into_model
     from .evaluation import evaluate_model
 
-    summary: dict[str, Any] = {"steps": state["step"], "epoch": state["epoch"], "step_in_epoch": state["step_in_epoch"]}
+    summary: dict[str, Any] = {key: state[key] for key in ("step", "epoch", "step_in_epoch", "target_tokens", "loop_seconds")}
     if not accelerator.is_main_process:
         accelerator.wait_for_everyone()
         return summary
