@@ -294,6 +294,10 @@ def test_save_and_reload_give_identical_generations(tmp_path, model):
         (dict(input_ids=torch.tensor([4, 5, 6])), "shape [batch, sequence]"),
         (dict(input_ids=torch.tensor([[4, 5]]), decoder_input_ids=torch.tensor([[1, 99]])), "decoder_input_ids"),
         (dict(input_ids=torch.tensor([[4, 5]]), labels=torch.tensor([[70, -100]])), "`labels` holds token id 70"),
+        (
+            dict(input_ids=torch.tensor([[4, 5]]), decoder_input_ids=torch.tensor([[1, 4]]), decoder_attention_mask=torch.ones(2, 2)),
+            "`decoder_attention_mask` has shape (2, 2)",
+        ),
     ],
 )
 def test_bad_inputs_raise_value_errors_that_say_what_is_wrong(model, kwargs, words):

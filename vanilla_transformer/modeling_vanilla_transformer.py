@@ -486,7 +486,11 @@ class VanillaTransformerDecoder(nn.Module):
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_len = cache.get_seq_length() if cache is not None else 0
-        if attention_mask is not None and attention_mask.shape[1] not in (seq_len, past_len + seq_len):
+        if attention_mask is not None and (
+            attention_mask.dim() != 2
+            or attention_mask.shape[0] != batch
+            or attention_mask.shape[1] not in (seq_len, past_len + seq_len)
+        ):
             _check_mask("decoder_attention_mask", attention_mask, torch.Size((batch, past_len + seq_len)))
 
         positions = self.embed_positions(seq_len, past_len)  # positions continue after the cached ones
