@@ -1,7 +1,6 @@
 """A toy task that needs no data: reverse a random token string.
 
-Used by the demo (the README's main job until the translation recipe lands) and by the tests
-that prove a tiny model really learns.
+Used by ``vanilla-transformer demo`` and by the test that proves a tiny model really learns.
 """
 
 import time
