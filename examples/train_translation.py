@@ -15,7 +15,7 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.evaluation import score, translate
 from vanilla_transformer.tokenization import train_joint_bpe
-from vanilla_transformer.training import TrainConfig, label_smoothed_loss, make_optimizer_and_schedule
+from vanilla_transformer.training import TrainConfig, make_optimizer_and_schedule
 
 
 def main(argv=None) -> dict:
@@ -59,16 +59,14 @@ def main(argv=None) -> dict:
         sampler.set_epoch(epoch)
         for indices in sampler:
             batch = collate_batch([{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], tokenizer.pad_token_id)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
-            smoothed, nll = label_smoothed_loss(logits, batch["labels"], epsilon=0.1)
-            tokens = (batch["labels"] != -100).sum()
-            (smoothed / tokens).backward()
+            out = model(**batch, label_smoothing=0.1, skip_logits=True)  # mean over target tokens
+            out.loss.backward()
             optimizer.step()
             schedule.step()
             optimizer.zero_grad()
             step += 1
             if step % 50 == 0 or step == args.steps:
-                print(f"step {step}: loss {smoothed.item() / tokens:.3f} (NLL {nll.item() / tokens:.3f})")
+                print(f"step {step}: loss {out.loss.item():.3f} (NLL {out.nll_loss.item():.3f})")
             if step == args.steps:
                 break
         epoch += 1

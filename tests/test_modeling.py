@@ -203,6 +203,41 @@ def test_loss_is_mean_cross_entropy_over_labels_that_are_not_ignored(model):
     assert summed.item() == pytest.approx(expected.item() * keep.sum().item() / 20, rel=1e-5)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
+    """skip_logits=True (block-wise linear + cross-entropy, gradients computed block by block) gives
+    the loss, the NLL and every parameter gradient of the plain path; several blocks, ignored labels."""
+    from vanilla_transformer.modeling_vanilla_transformer import linear_cross_entropy_sums
+
+    src, labels = random_ids(3, 7), random_ids(3, 6, seed=1)
+    labels[0, 2:] = -100
+    results = []
+    for skip in (False, True):
+        model = tiny_model()  # same seed, same weights
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(input_ids=src, labels=labels, label_smoothing=0.1, skip_logits=skip, num_items_in_batch=7)
+        out.loss.backward()
+        results.append((out.loss.item(), out.nll_loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss0, nll0, grads0), (loss1, nll1, grads1) = results
+    tolerance = 2e-2 if bf16 else 1e-5  # bf16: the two paths round their matmuls at different points
+    assert loss1 == pytest.approx(loss0, rel=tolerance) and nll1 == pytest.approx(nll0, rel=tolerance)
+    scale = max(g.abs().max().item() for g in grads0.values())  # some gradients are exactly zero in theory (k_proj.bias)
+    for name in grads0:
+        assert (grads0[name] - grads1[name]).abs().max().item() <= tolerance * scale, name
+    # small blocks and no gradient tracking give the same sums
+    hidden, weight = torch.randn(10, 32), torch.randn(61, 32)
+    targets = torch.randint(0, 61, (10,))
+    full = linear_cross_entropy_sums(hidden, weight, targets, 0.1)
+    with torch.no_grad():
+        blocks = linear_cross_entropy_sums(hidden, weight, targets, 0.1, block_rows=3)
+    assert torch.allclose(torch.stack(full), torch.stack(blocks), rtol=1e-6)
+
+
+def test_skip_logits_needs_labels(model):
+    with pytest.raises(ValueError, match="skip_logits=True needs `labels`"):
+        model(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), skip_logits=True)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients():
     src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
     grads = []

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_ids, tiny_model
 from safetensors.torch import load_file
 
 from vanilla_transformer.training import (
     TrainConfig,
-    label_smoothed_loss,
     list_checkpoints,
     make_optimizer_and_schedule,
     noam_learning_rate,
@@ -49,18 +49,22 @@ def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
     assert noam_learning_rate(4000, 512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)  # the peak
 
 
-def test_label_smoothing_matches_transformers_label_smoother():
+@pytest.mark.parametrize("skip_logits", [False, True])
+def test_label_smoothing_matches_transformers_label_smoother(skip_logits):
+    """The model's label-smoothed loss (both paths) equals transformers' LabelSmoother, the one
+    Seq2SeqTrainer(label_smoothing_factor=0.1) uses; nll_loss equals plain cross-entropy."""
     from transformers.trainer_pt_utils import LabelSmoother
 
-    torch.manual_seed(0)
-    logits = torch.randn(2, 5, 11)
-    labels = torch.randint(0, 11, (2, 5))
+    model = tiny_model()
+    input_ids, labels = random_ids(2, 6), random_ids(2, 5, seed=1)
     labels[1, 3:] = -100
-    smoothed, nll = label_smoothed_loss(logits, labels, 0.1)
-    tokens = (labels != -100).sum()
+    logits = model(input_ids=input_ids, labels=labels).logits
+    out = model(input_ids=input_ids, labels=labels, label_smoothing=0.1, skip_logits=skip_logits)
     reference = LabelSmoother(epsilon=0.1)({"logits": logits}, labels)
-    assert (smoothed / tokens).item() == pytest.approx(reference.item(), rel=1e-5)
-    assert (nll / tokens).item() == pytest.approx(torch.nn.functional.cross_entropy(logits[labels != -100], labels[labels != -100]).item(), rel=1e-5)
+    plain = torch.nn.functional.cross_entropy(logits[labels != -100], labels[labels != -100])
+    assert out.loss.item() == pytest.approx(reference.item(), rel=1e-5)
+    assert out.nll_loss.item() == pytest.approx(plain.item(), rel=1e-5)
+    assert (out.logits is None) == skip_logits
 
 
 # ------------------------------------------------------------------ a real run

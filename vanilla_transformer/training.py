@@ -3,7 +3,7 @@
     §5.1  batches of sentence pairs with similar lengths, capped in tokens  -> data.TokenBucketBatchSampler
     §5.3  Adam(β1 0.9, β2 0.98, ε 1e-9);
           lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)        -> transformers' inverse_sqrt schedule
-    §5.4  residual dropout (config.dropout) and label smoothing ε_ls = 0.1  -> label_smoothed_loss
+    §5.4  residual dropout (config.dropout) and label smoothing ε_ls = 0.1  -> the model's loss (label_smoothing=)
     §6.1  average the last 5 checkpoints                                    -> checkpoints.average_into_model
 
 Accelerate (considered against transformers' Trainer, which the examples also show) gives device
@@ -68,6 +68,9 @@ class TrainConfig:
     label_smoothing: float = 0.1
     max_grad_norm: float | None = None
     mixed_precision: str = "no"  # no | bf16 | fp16
+    # auto: eager attention for bf16 on CPU (torch's CPU flash-attention backward is slow on sentence
+    # lengths; measured 1.4x slower per step), sdpa otherwise
+    attn_implementation: str = "auto"  # auto | eager | sdpa
     seed: int = 0
     # evaluation
     eval_every: int = 500
@@ -99,6 +102,7 @@ class TrainConfig:
             "lr_factor": self.lr_factor > 0,
             "max_minutes": self.max_minutes is None or self.max_minutes > 0,
             "mixed_precision": self.mixed_precision in ("no", "bf16", "fp16"),
+            "attn_implementation": self.attn_implementation in ("auto", "eager", "sdpa"),
             "preset": self.preset in ("base", "big"),
         }
         for name, ok in checks.items():
@@ -142,20 +146,6 @@ def make_optimizer_and_schedule(model: torch.nn.Module, config: TrainConfig, d_m
         model.parameters(), lr=peak, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon
     )
     return optimizer, get_inverse_sqrt_schedule(optimizer, num_warmup_steps=config.warmup_steps)
-
-
-def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums over target tokens (labels != -100) of the label-smoothed cross-entropy and of the plain NLL.
-
-    With smoothing ε the target distribution puts 1-ε on the gold token and ε spread uniformly over
-    the vocabulary; this is torch's ``cross_entropy(label_smoothing=ε)``, the same as transformers'
-    ``LabelSmoother`` used by ``Seq2SeqTrainer(label_smoothing_factor=ε)``.
-    """
-    logits, labels = logits.float().flatten(0, 1), labels.flatten()
-    smoothed = F.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum")
-    with torch.no_grad():
-        nll = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
-    return smoothed, nll
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,6 +295,17 @@ def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditi
     return model
 
 
+def _loss_sums(model, batch: dict, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over the batch's target tokens of the label-smoothed cross-entropy (§5.4; with gradients)
+    and of the plain NLL. ``skip_logits``: the model computes them block by block from its last hidden
+    states instead of materialising [batch, length, vocab] logits (same values; faster on CPUs)."""
+    out = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+        label_smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
+    )  # fmt: skip
+    return out.loss, out.nll_loss
+
+
 @torch.no_grad()
 def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
     from .data import TokenBucketBatchSampler
@@ -322,8 +323,7 @@ def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad
     for indices in sampler:
         batch = {k: v.to(accelerator.device) for k, v in _collate(split, indices, pad_token_id).items()}
         with accelerator.autocast():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
-        smoothed, nll = label_smoothed_loss(logits, batch["labels"], config.label_smoothing)
+            smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
         totals += torch.stack([smoothed.double(), nll.double(), (batch["labels"] != -100).sum().double()])
     totals = accelerator.reduce(totals, "sum")  # (padding batches repeated on some ranks count twice: negligible)
     model.train()
@@ -389,6 +389,11 @@ def train(config: TrainConfig) -> dict:
         raise ValueError("No training pairs left after filtering; check the corpus and max_length.")
 
     model = _build_model(config, tokenizer)
+    attention = config.attn_implementation
+    if attention == "auto":
+        attention = "eager" if accelerator.device.type == "cpu" and config.mixed_precision == "bf16" else "sdpa"
+    model.set_attn_implementation(attention)  # for this run only: not written into the saved config
+    log(f"attention: {attention}")
     optimizer, scheduler = make_optimizer_and_schedule(model, config, model.config.d_model)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     pad_id = tokenizer.pad_token_id
@@ -451,8 +456,7 @@ def train(config: TrainConfig) -> dict:
             batch = {key: value.to(accelerator.device) for key, value in batch.items()}
             with accelerator.no_sync(model) if i < len(micro) - 1 else nullcontext():
                 with accelerator.autocast():
-                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
-                smoothed, nll = label_smoothed_loss(logits, batch["labels"], config.label_smoothing)
+                    smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
                 accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
             window += torch.tensor([smoothed.item(), nll.item(), float((batch["labels"] != -100).sum())])
         if not math.isfinite(window[0].item()):
