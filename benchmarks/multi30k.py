@@ -52,14 +52,14 @@ def main() -> None:
                    "processor": platform.processor() or platform.machine()}  # fmt: skip
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"multi30k-{args.minutes:g}min"
-    stem.with_suffix(".json").write_text(json.dumps({"environment": environment, "results": results}, indent=2))
+    stem = f"multi30k-{args.minutes:g}min"  # e.g. multi30k-0.5min: not Path.with_suffix, which would cut at ".5"
+    (out / f"{stem}.json").write_text(json.dumps({"environment": environment, "results": results}, indent=2))
     lines = ["| direction | budget | steps | target tokens | sacreBLEU | chrF | signature |", "|---|---|---|---|---|---|---|"]
     for r in results:
         t = r["test"]
         lines.append(f"| {r['direction']} | {r['minutes']:g} min | {r['step']} | {r['target_tokens']:,} | "
                      f"{t['bleu']:.2f} | {t['chrf']:.2f} | {t['bleu_signature'].replace('|', chr(92) + '|')} |")  # fmt: skip
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -59,7 +59,7 @@ def main(argv=None) -> dict:
         sampler.set_epoch(epoch)
         for indices in sampler:
             batch = collate_batch([{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], tokenizer.pad_token_id)
-            out = model(**batch, label_smoothing=0.1, skip_logits=True)  # mean over target tokens
+            out = model(**batch, smoothing=0.1, skip_logits=True)  # mean over target tokens
             out.loss.backward()
             optimizer.step()
             schedule.step()

@@ -215,7 +215,7 @@ def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
     for skip in (False, True):
         model = tiny_model()  # same seed, same weights
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            out = model(input_ids=src, labels=labels, label_smoothing=0.1, skip_logits=skip, num_items_in_batch=7)
+            out = model(input_ids=src, labels=labels, smoothing=0.1, skip_logits=skip, num_items_in_batch=7)
         out.loss.backward()
         results.append((out.loss.item(), out.nll_loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (loss0, nll0, grads0), (loss1, nll1, grads1) = results

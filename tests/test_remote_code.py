@@ -2,14 +2,22 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import types
+from pathlib import Path
 
+import huggingface_hub
 import torch
 from conftest import random_ids, tiny_model
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
+import vanilla_transformer.training
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
+from vanilla_transformer.evaluation import translate
 
 
 def test_saved_folder_has_auto_map_and_the_two_portable_files(tmp_path):
@@ -71,3 +79,87 @@ def test_package_and_remote_code_classes_give_the_same_logits(tmp_path):
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
     src, tgt = random_ids(2, 5), random_ids(2, 4, seed=1)
     assert torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, reloaded(input_ids=src, decoder_input_ids=tgt).logits)
+
+
+def test_the_folder_train_pushes_translates_without_the_package_through_auto_classes_and_pipeline(
+    corpus, tmp_path, monkeypatch
+):
+    """`train --push-to-hub` uploads its final folder (upload monkeypatched); that exact folder, in a process
+    that cannot import vanilla_transformer, loads through AutoTokenizer + AutoModelForSeq2SeqLM and through
+    pipeline("vanilla-translation", trust_remote_code=True), and translates as the package does in-process."""
+    calls = []
+    snapshot = tmp_path / "uploaded"
+
+    def create_repo(self, repo_id, **kwargs):
+        calls.append(("create_repo", repo_id, kwargs))
+        return types.SimpleNamespace(repo_id=repo_id)
+
+    def upload_folder(self, *, repo_id, folder_path, **kwargs):
+        shutil.copytree(folder_path, snapshot)  # what would be sent, as it is at upload time
+        calls.append(("upload_folder", repo_id, Path(folder_path), kwargs))
+        return types.SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0123")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    monkeypatch.setattr(vanilla_transformer.training, "_check_hub_upload_possible", lambda repo: calls.append(("check", repo)))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"test_split": None, "model": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+                                  "encoder_layers": 1, "decoder_layers": 1}}))  # fmt: skip
+    run = tmp_path / "run"
+    main(["train", "--config", str(config), "--data", str(corpus), "--output-dir", str(run), "--vocab-size", "400",
+          "--max-tokens", "512", "--max-steps", "2", "--warmup-steps", "2", "--save-every", "2",
+          "--eval-bleu-sentences", "0", "--no-progress", "--cpu", "--push-to-hub", "someone/vanilla-en-de"])  # fmt: skip
+
+    # (c) one upload: the whole final folder, after the check that ran before training
+    assert [c[0] for c in calls] == ["check", "create_repo", "upload_folder"]
+    assert calls[1][1] == calls[2][1] == "someone/vanilla-en-de" and calls[2][2] == run / "final"
+    uploaded = sorted(p.name for p in snapshot.iterdir())
+    assert uploaded == sorted(p.name for p in (run / "final").iterdir())
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "README.md", "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py",
+            "pipeline_vanilla_transformer.py"} <= set(uploaded)  # fmt: skip
+    assert json.loads((snapshot / "config.json").read_text())["custom_pipelines"]["vanilla-translation"]["impl"] == (
+        "pipeline_vanilla_transformer.VanillaTranslationPipeline"
+    )
+    assert json.loads((run / "results.json").read_text())["hub_commit"].endswith("/commit/0123")
+
+    # (b) in-process translations of the uploaded folder, with the package
+    texts = (corpus / "valid.en").read_text(encoding="utf-8").splitlines()[:4]
+    tokenizer = AutoTokenizer.from_pretrained(snapshot)
+    model = AutoModelForSeq2SeqLM.from_pretrained(snapshot).eval()
+    expected = translate(model, tokenizer, texts)  # paper defaults: beam 4, alpha 0.6, source length + 50
+    in_process = pipeline("vanilla-translation", model=model, tokenizer=tokenizer, device="cpu")
+    assert in_process(texts, batch_size=2) == expected
+
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.modules["vanilla_transformer"] = None  # only transformers + the folder's own code
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+        folder, texts = {str(snapshot)!r}, {texts!r}
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        auto = tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)
+        pipe = pipeline(task="vanilla-translation", model=folder, trust_remote_code=True, device="cpu")
+        for obj in (pipe, pipe.model):
+            assert type(obj).__module__.startswith("transformers_modules"), type(obj).__module__
+        inferred = pipeline(model=folder, trust_remote_code=True, device="cpu")  # task from custom_pipelines
+        out = {{"auto": auto, "pipe": pipe(texts, batch_size=3), "single": pipe(texts[0]), "task": inferred.task,
+                "pipe_class": type(inferred).__name__}}
+        with open({str(tmp_path / "out.json")!r}, "w") as f:
+            json.dump(out, f)
+        """
+    )
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["auto"] == expected
+    assert out["pipe"] == expected
+    assert out["single"] == expected[0]
+    assert out["task"] == "vanilla-translation" and out["pipe_class"] == "VanillaTranslationPipeline"

@@ -34,6 +34,17 @@ def tiny_run(corpus: Path, output_dir: Path, **overrides) -> TrainConfig:
     return TrainConfig(**{**values, **overrides})
 
 
+def test_tensorboard_logging_writes_the_run_scalars(corpus, tmp_path):
+    """--log-with tensorboard: Accelerate's tracker writes event files holding the logged losses."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(tiny_run(corpus, tmp_path / "run", max_steps=50, eval_every=50, save_every=50, eval_bleu_sentences=0, log_with="tensorboard", test_split=None))
+    events = list((tmp_path / "run").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file"
+    scalars = EventAccumulator(str(events[0].parent)).Reload().Tags()["scalars"]
+    assert {"train_loss", "valid_loss", "lr"} <= set(scalars), scalars
+
+
 # ------------------------------------------------------------------ §5.3 / §5.4
 def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
     config = TrainConfig(warmup_steps=4000)
@@ -59,7 +70,7 @@ def test_label_smoothing_matches_transformers_label_smoother(skip_logits):
     input_ids, labels = random_ids(2, 6), random_ids(2, 5, seed=1)
     labels[1, 3:] = -100
     logits = model(input_ids=input_ids, labels=labels).logits
-    out = model(input_ids=input_ids, labels=labels, label_smoothing=0.1, skip_logits=skip_logits)
+    out = model(input_ids=input_ids, labels=labels, smoothing=0.1, skip_logits=skip_logits)
     reference = LabelSmoother(epsilon=0.1)({"logits": logits}, labels)
     plain = torch.nn.functional.cross_entropy(logits[labels != -100], labels[labels != -100])
     assert out.loss.item() == pytest.approx(reference.item(), rel=1e-5)

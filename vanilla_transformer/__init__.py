@@ -4,18 +4,28 @@ Importing the package registers the model with transformers' Auto classes, so th
 ``AutoConfig``, ``AutoModel`` and ``AutoModelForSeq2SeqLM`` know ``model_type="vanilla_transformer"``,
 and marks the classes so that ``save_pretrained`` writes ``auto_map`` and copies the two
 Hub-portable files (configuration + modeling) next to the weights.
+
+It also registers the translation pipeline (task ``"vanilla-translation"``, see
+``pipeline_vanilla_transformer.py``) with transformers' ``PIPELINE_REGISTRY``; the model's
+``save_pretrained`` writes that file and its ``custom_pipelines`` entry next to the weights, so that
+``pipeline("vanilla-translation", model=folder, trust_remote_code=True)`` works where only
+transformers is installed.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import (
+    CUSTOM_PIPELINES,
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
     shift_tokens_right,
     sinusoidal_position_encoding,
 )
+from .pipeline_vanilla_transformer import TASK as PIPELINE_TASK
+from .pipeline_vanilla_transformer import VanillaTranslationPipeline
 
 __version__ = "0.1.0"
 
@@ -27,11 +37,19 @@ def _register() -> None:
     VanillaTransformerConfig.register_for_auto_class("AutoConfig")
     VanillaTransformerModel.register_for_auto_class("AutoModel")
     VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+    registered = PIPELINE_REGISTRY.supported_tasks.get(PIPELINE_TASK)
+    if registered is None or registered["impl"] is not VanillaTranslationPipeline:
+        PIPELINE_REGISTRY.register_pipeline(
+            PIPELINE_TASK, pipeline_class=VanillaTranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
 
 
 _register()
 
 __all__ = [
+    "CUSTOM_PIPELINES",
+    "PIPELINE_TASK",
+    "VanillaTranslationPipeline",
     "VanillaTransformerConfig",
     "VanillaTransformerModel",
     "VanillaTransformerForConditionalGeneration",

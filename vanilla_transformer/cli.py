@@ -35,7 +35,7 @@ def demo(args: argparse.Namespace) -> int:
 def train_command(args: argparse.Namespace) -> int:
     from .training import TrainConfig, train
 
-    accepted = {*TRAIN_OPTIONS, "resume", "progress", "cpu"}
+    accepted = {*TRAIN_OPTIONS, "resume", "progress", "cpu", "push_to_hub"}
     overrides = {k: v for k, v in vars(args).items() if k in accepted and v is not None}
     if args.model_json:
         overrides["model"] = json.loads(args.model_json)
@@ -50,6 +50,8 @@ def train_command(args: argparse.Namespace) -> int:
         test = summary["test"]
         print(f"test ({test['n']} sentences, beam search): sacreBLEU {test['bleu']:.2f}  {test['bleu_signature']}")
         print(f"                                      chrF {test['chrf']:.2f}  {test['chrf_signature']}")
+    if "hub_commit" in summary:
+        print(f"uploaded {summary['final_dir']} to the Hub: {summary['hub_commit']}")
     return 0
 
 
@@ -104,13 +106,33 @@ def translate_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def visualize_command(args: argparse.Namespace) -> int:
+    from .visualization import draw_all, load_model_and_tokenizer
+
+    if args.model is not None and args.source is None:
+        print("visualize: --model needs --source (the sentence whose attention maps are drawn)", file=sys.stderr)
+        return 2
+    model = tokenizer = None
+    if args.model is not None:
+        model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+    try:
+        paths = draw_all(args.output_dir, model, tokenizer, source=args.source, target=args.target, layer=args.layer,
+                         heads=args.heads, num_beams=args.num_beams)  # fmt: skip
+    except ValueError as error:  # a layer or head that does not exist
+        print(f"visualize: {error}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
 TRAIN_OPTIONS = {
     "data": str, "src_lang": str, "tgt_lang": str, "hub_config": str, "tokenizer": str, "vocab_size": int,
     "preset": str, "init_from": str, "max_tokens": int, "gradient_accumulation": int, "max_steps": int,
     "max_minutes": float, "warmup_steps": int, "lr_factor": float, "label_smoothing": float,
     "max_grad_norm": float, "mixed_precision": str, "seed": int, "eval_every": int,
     "eval_bleu_sentences": int, "save_every": int, "keep_checkpoints": int, "average_last": int,
-    "output_dir": str, "log_with": str, "max_length": int,
+    "output_dir": str, "log_with": str, "max_length": int, "attn_implementation": str, "attention_pictures": int,
 }  # fmt: skip
 
 
@@ -132,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
     p.add_argument("--cpu", action="store_true", default=None, help="train on the CPU even if a GPU is present")
+    p.add_argument("--push-to-hub", dest="push_to_hub", metavar="REPO", default=None,
+                   help="at the end, upload the final folder (model, tokenizer, model card, pipeline) to this Hub "
+                        "model repository, e.g. your-name/vanilla-transformer-en-de (needs `hf auth login`)")  # fmt: skip
     p.set_defaults(func=train_command)
 
     p = commands.add_parser("average", help="average the weights of several checkpoints (§6.1)")
@@ -156,6 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("text", nargs="*")
             p.set_defaults(func=translate_command)
+
+    p = commands.add_parser("visualize", help="draw the paper's pictures from the real code (and attention maps of a model)")
+    p.add_argument("--output-dir", required=True, help="folder for the PNG files")
+    p.add_argument("--model", help="a saved model folder (model + tokenizer): adds its attention maps")
+    p.add_argument("--source", help="source sentence of the attention maps (with --model)")
+    p.add_argument("--target", help="target sentence read by the decoder (default: the model's own translation)")
+    p.add_argument("--layer", type=int, default=-1, help="layer of the attention maps, from 0; -1: the last (default)")
+    p.add_argument("--heads", type=int, nargs="+", default=None, help="heads to draw (default: all)")
+    p.add_argument("--num-beams", type=int, default=None, help="beam size of the translation (default: the model's; paper: 4)")
+    p.add_argument("--device", default=None, help="default: cpu")
+    p.set_defaults(func=visualize_command)
     return parser
 
 

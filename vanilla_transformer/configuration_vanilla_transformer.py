@@ -84,6 +84,20 @@ class VanillaTransformerConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self._check_values()
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs) -> "VanillaTransformerConfig":
+        """``PreTrainedConfig.from_pretrained``, except that a ``config.json`` of another ``model_type``
+        is an error (transformers only warns, then builds this model from foreign settings)."""
+        config_dict, _ = cls.get_config_dict(pretrained_model_name_or_path, **dict(kwargs))
+        found = config_dict.get("model_type")
+        if found is not None and found != cls.model_type:
+            raise ValueError(
+                f"{pretrained_model_name_or_path} holds a config.json of model_type '{found}', not "
+                f"'{cls.model_type}': it is not a checkpoint of this model. Load it with the classes of "
+                f"'{found}' (e.g. AutoModelForSeq2SeqLM), or point to a folder saved by this package."
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
     # ------------------------------------------------------------------ presets (Table 3)
     @classmethod
     def base(cls, **overrides) -> "VanillaTransformerConfig":

@@ -23,8 +23,11 @@ unmodified.
 
 
 import math
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -738,10 +741,22 @@ def linear_cross_entropy_sums(
     return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_rows, grads)
 
 
+# The translation pipeline that travels with saved models (pipeline_vanilla_transformer.py), as
+# transformers' Pipeline.save_pretrained names it in config.json.
+PIPELINE_FILE = "pipeline_vanilla_transformer.py"
+CUSTOM_PIPELINES = {
+    "vanilla-translation": {
+        "impl": "pipeline_vanilla_transformer.VanillaTranslationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+}
+
+
 @dataclass
 class VanillaTransformerSeq2SeqLMOutput(Seq2SeqLMOutput):
     """``Seq2SeqLMOutput`` plus ``nll_loss``: the unsmoothed cross-entropy, normalised as ``loss``
-    (equal to ``loss`` when ``label_smoothing`` is 0). ``logits`` is None when ``skip_logits=True``."""
+    (equal to ``loss`` when ``smoothing`` is 0). ``logits`` is None when ``skip_logits=True``."""
 
     nll_loss: torch.FloatTensor | None = None
 
@@ -750,8 +765,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     """The encoder–decoder plus the pre-softmax linear layer, tied to the shared embedding (§3.4).
 
     ``labels`` → mean cross-entropy over positions whose label is not -100 (decoder inputs are the
-    labels shifted right). Label smoothing (§5.4) is applied by the training loop or by
-    ``Seq2SeqTrainer(label_smoothing_factor=0.1)``, not here, so the returned loss is the plain NLL.
+    labels shifted right), label-smoothed (§5.4) when ``smoothing`` is given (the training command
+    does so; ``Seq2SeqTrainer(label_smoothing_factor=0.1)`` smooths the logits itself).
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -780,16 +795,27 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.model.set_input_embeddings(value)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """transformers' ``save_pretrained``, plus an ``AutoModel`` entry in ``auto_map``.
+        """transformers' ``save_pretrained``, plus two things for people who have only transformers:
 
-        transformers writes into ``auto_map`` only the class being saved; we add the encoder–decoder
-        base class so that ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` works too.
+        * an ``AutoModel`` entry in ``auto_map`` (transformers writes only the class being saved), so
+          that ``AutoModel.from_pretrained(folder, trust_remote_code=True)`` works too;
+        * the translation pipeline: ``pipeline_vanilla_transformer.py`` (this file's sibling) is copied
+          next to the weights and named under ``custom_pipelines`` in ``config.json``, exactly as
+          transformers' ``Pipeline.save_pretrained`` does, so that
+          ``pipeline("vanilla-translation", model=folder, trust_remote_code=True)`` works. (A copy loaded
+          as remote code has no pipeline file beside it; it then saves the model alone.)
         """
         if self._auto_class is not None:
             module = VanillaTransformerModel.__module__.rsplit(".", 1)[-1]
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             auto_map.setdefault("AutoModel", f"{module}.VanillaTransformerModel")
             self.config.auto_map = auto_map
+            pipeline_file = Path(__file__).with_name(PIPELINE_FILE)
+            if pipeline_file.is_file() and not os.path.isfile(save_directory):
+                self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **CUSTOM_PIPELINES}
+                if kwargs.get("is_main_process", args[0] if args else True):
+                    os.makedirs(save_directory, exist_ok=True)
+                    shutil.copyfile(pipeline_file, Path(save_directory) / PIPELINE_FILE)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
@@ -812,7 +838,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        label_smoothing: float = 0.0,
+        smoothing: float = 0.0,
         skip_logits: bool = False,
         **kwargs,
     ) -> "VanillaTransformerSeq2SeqLMOutput":
@@ -820,7 +846,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         labels: target ids (-100 = ignored); the loss is their cross-entropy, averaged over the
             non-ignored tokens, or summed and divided by ``num_items_in_batch`` when it is given
             (how transformers' Trainer normalises over gradient-accumulation steps).
-        label_smoothing: ε of §5.4 for the loss; ``nll_loss`` is then the unsmoothed loss.
+        smoothing: the label smoothing ε_ls of §5.4 for the loss; ``nll_loss`` is then the unsmoothed
+            loss. (Not named ``label_smoothing``: transformers' Trainer takes every ``forward`` argument
+            whose name contains "label" for a label column.)
         skip_logits: with ``labels``, compute the loss block by block from the last hidden states
             (``linear_cross_entropy_sums``) and return no logits: same loss and gradients, less
             memory and time. The training command uses it.
@@ -857,12 +885,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if labels is not None:
             labels = labels.to(hidden.device)
             if skip_logits:
-                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, label_smoothing)
+                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, smoothing)
             else:
                 flat_logits, flat_labels = logits.float().flatten(0, 1), labels.flatten()
-                smoothed = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
+                smoothed = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
                 with torch.no_grad():
-                    nll = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum") if label_smoothing else smoothed
+                    nll = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum") if smoothing else smoothed
             if num_items_in_batch is None:  # the mean over target tokens, as F.cross_entropy's default
                 num_items_in_batch = (labels != -100).sum()
             denominator = torch.as_tensor(num_items_in_batch, device=smoothed.device)

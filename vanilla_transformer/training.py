@@ -3,7 +3,7 @@
     §5.1  batches of sentence pairs with similar lengths, capped in tokens  -> data.TokenBucketBatchSampler
     §5.3  Adam(β1 0.9, β2 0.98, ε 1e-9);
           lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)        -> transformers' inverse_sqrt schedule
-    §5.4  residual dropout (config.dropout) and label smoothing ε_ls = 0.1  -> the model's loss (label_smoothing=)
+    §5.4  residual dropout (config.dropout) and label smoothing ε_ls = 0.1  -> the model's loss (smoothing=)
     §6.1  average the last 5 checkpoints                                    -> checkpoints.average_into_model
 
 Accelerate (considered against transformers' Trainer, which the examples also show) gives device
@@ -76,6 +76,9 @@ class TrainConfig:
     eval_every: int = 500
     eval_bleu_sentences: int = 200  # validation sentences translated (beam search) at each evaluation
     eval_num_beams: int = 4
+    # index of a validation sentence whose attention maps are drawn at each evaluation into
+    # output_dir/pictures/step-N/ (visualization.draw_attention_maps; needs matplotlib)
+    attention_pictures: int | None = None
     # checkpoints and output
     output_dir: str = "outputs/run"
     save_every: int = 500
@@ -83,6 +86,7 @@ class TrainConfig:
     average_last: int = 5  # the paper averages the last 5 checkpoints
     resume: bool = False
     log_with: str | None = None  # e.g. "tensorboard"
+    push_to_hub: str | None = None  # a Hub model repository ("user/name"): the final folder is uploaded to it
     cpu: bool = False  # train on the CPU even when a GPU is present
     progress: bool = True
 
@@ -104,10 +108,18 @@ class TrainConfig:
             "mixed_precision": self.mixed_precision in ("no", "bf16", "fp16"),
             "attn_implementation": self.attn_implementation in ("auto", "eager", "sdpa"),
             "preset": self.preset in ("base", "big"),
+            "attention_pictures": self.attention_pictures is None or self.attention_pictures >= 0,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"TrainConfig: {name}={getattr(self, name)!r} is out of range; see `train --help`.")
+        if self.push_to_hub is not None:
+            from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+            try:
+                validate_repo_id(self.push_to_hub)
+            except HFValidationError as error:
+                raise ValueError(f"TrainConfig: push_to_hub={self.push_to_hub!r} is not a Hub repository id: {error}") from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **overrides) -> "TrainConfig":
@@ -301,7 +313,7 @@ def _loss_sums(model, batch: dict, label_smoothing: float) -> tuple[torch.Tensor
     states instead of materialising [batch, length, vocab] logits (same values; faster on CPUs)."""
     out = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
-        label_smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
+        smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
     )  # fmt: skip
     return out.loss, out.nll_loss
 
@@ -345,12 +357,22 @@ def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accel
     return {"valid_bleu": result["bleu"], "valid_chrf": result["chrf"], "example": hypotheses[0]}
 
 
+def _attention_pictures(model, tokenizer, split: _Split, config: TrainConfig, accelerator, folder: Path) -> None:
+    """Main process, at an evaluation: the attention maps (last layer, every head) of validation pair
+    ``config.attention_pictures``, its reference translation read by the decoder as in training, so
+    that the pictures of successive evaluations are comparable."""
+    from .visualization import draw_attention_maps
+
+    i = config.attention_pictures
+    draw_attention_maps(accelerator.unwrap_model(model), tokenizer, split.sources[i], folder, target=split.targets[i])
+
+
 def train(config: TrainConfig) -> dict:
     """Train, checkpoint, average the last checkpoints, save a Hub-ready folder; returns a summary.
 
     Layout of ``config.output_dir``: ``tokenizer/``, ``checkpoints/checkpoint-<step>/`` (accelerate
     state + ``trainer_state.json``), ``final/`` (model, tokenizer, generation config, model card),
-    ``train_config.json``, ``results.json``.
+    ``train_config.json``, ``results.json``; with ``attention_pictures``, ``pictures/step-<step>/``.
     """
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -358,6 +380,8 @@ def train(config: TrainConfig) -> dict:
     from .data import TokenBucketBatchSampler
 
     start_time = time.monotonic()
+    if config.push_to_hub is not None:
+        _check_hub_upload_possible(config.push_to_hub)  # before training, not after hours of it
     output_dir = Path(config.output_dir)
     checkpoint_dir = output_dir / "checkpoints"
     accelerator = Accelerator(
@@ -383,6 +407,13 @@ def train(config: TrainConfig) -> dict:
     tokenizer, splits, dropped = _prepare_data(config, accelerator, output_dir)
     log(f"data ready in {time.monotonic() - start_time:.0f} s")
     train_split, valid_split = splits[config.train_split], splits[config.valid_split]
+    if config.attention_pictures is not None:  # fail now, not at the first evaluation
+        from .visualization import require_matplotlib
+
+        require_matplotlib()
+        if config.attention_pictures >= len(valid_split.sources):
+            raise ValueError(f"attention_pictures={config.attention_pictures}: the validation split has "
+                             f"{len(valid_split.sources)} pairs (valid: 0..{len(valid_split.sources) - 1}).")  # fmt: skip
     for name, n in dropped.items():
         log(f"{name}: {len(splits[name].input_ids):,} pairs kept, {n:,} dropped (empty or > {config.max_length} tokens)")
     if not train_split.input_ids:
@@ -492,6 +523,8 @@ def train(config: TrainConfig) -> dict:
         if state["step"] % config.eval_every == 0 or stop_reason:
             record = {**(record or {"step": state["step"]}), **_validation_loss(model, valid_split, config, accelerator, pad_id)}
             record.update(_validation_bleu(model, tokenizer, valid_split, config, accelerator))
+            if config.attention_pictures is not None and accelerator.is_main_process:
+                _attention_pictures(model, tokenizer, valid_split, config, accelerator, output_dir / "pictures" / f"step-{state['step']}")
             log(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
         if record is not None:
             state["history"].append(record)
@@ -506,7 +539,61 @@ def train(config: TrainConfig) -> dict:
     if accelerator.is_main_process:
         _write_json_atomic(output_dir / "results.json", summary)
     accelerator.end_training()
+    if accelerator.is_main_process and config.push_to_hub is not None:
+        log(f"uploading {summary['final_dir']} to the Hub repository {config.push_to_hub}")
+        try:
+            summary["hub_commit"] = push_folder_to_hub(summary["final_dir"], config.push_to_hub)
+        except Exception as error:
+            raise RuntimeError(
+                f"Training finished and {summary['final_dir']} is complete, but the upload to {config.push_to_hub} "
+                f"failed ({type(error).__name__}: {error}). Retry with `hf upload {config.push_to_hub} {summary['final_dir']}`."
+            ) from error
+        _write_json_atomic(output_dir / "results.json", summary)
     return summary
+
+
+# --------------------------------------------------------------------------------------------
+# Sharing on the Hub
+# --------------------------------------------------------------------------------------------
+def _check_hub_upload_possible(repo_id: str) -> None:
+    """Fail before training when an upload at the end cannot work (offline mode, no token)."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(f"push_to_hub={repo_id!r} needs the network, but HF_HUB_OFFLINE is set; unset it or drop the option.")
+    if huggingface_hub.get_token() is None:
+        raise ValueError(
+            f"push_to_hub={repo_id!r} needs a Hugging Face token with write access: run `hf auth login` or set HF_TOKEN."
+        )
+
+
+def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: str | None = None) -> str:
+    """Upload every file of ``folder`` to the Hub model repository ``repo_id`` in one commit; return its URL.
+
+    The repository is created if it does not exist (public, unless your account's default is private).
+    The training command uploads its ``final/`` folder: weights, ``config.json`` (with ``auto_map`` and
+    ``custom_pipelines``), ``generation_config.json``, the tokenizer, the model card ``README.md`` and the
+    three Hub-portable files (configuration, modeling, pipeline), so that ``AutoModelForSeq2SeqLM``,
+    ``AutoTokenizer`` and ``pipeline("vanilla-translation", ...)`` load it with ``trust_remote_code=True``.
+    This is the same set of files that ``model.push_to_hub`` + ``tokenizer.push_to_hub`` would send, in one
+    commit and with our model card (``model.push_to_hub`` would write a generic ``README.md`` over it).
+    Files already in the repository and absent from ``folder`` are left there.
+    """
+    from huggingface_hub import HfApi
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a saved model folder (no config.json); nothing was uploaded.")
+    api = HfApi()
+    repo_id = api.create_repo(repo_id, repo_type="model", exist_ok=True).repo_id
+    commit = api.upload_folder(
+        repo_id=repo_id,
+        repo_type="model",
+        folder_path=str(folder),
+        commit_message=commit_message or "Upload vanilla-transformer translation model",
+    )
+    return str(commit.commit_url)
 
 
 def _has_accelerator() -> bool:

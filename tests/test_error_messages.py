@@ -1,0 +1,187 @@
+"""Bad input meets a clear error: every case of the table in docs/errors.md is run here.
+
+Each case gives wrong input to the public API and expects an error whose message contains a given
+phrase (what is wrong, which value, what to do). ``docs/errors.md`` is generated from the messages
+these cases raise, so the documentation cannot drift from the code:
+
+    python tests/test_error_messages.py      # rewrites docs/errors.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+
+from conftest import random_ids, tiny_model  # noqa: E402
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.checkpoints import average_checkpoints  # noqa: E402
+from vanilla_transformer.cli import main as cli  # noqa: E402
+from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
+from vanilla_transformer.evaluation import evaluate_model, translate  # noqa: E402
+from vanilla_transformer.tokenization import check_tokenizer_matches_model, train_joint_bpe  # noqa: E402
+from vanilla_transformer.training import TrainConfig  # noqa: E402
+
+DOC = ROOT / "docs" / "errors.md"
+SENTENCES = ["A dog runs.", "Two men talk.", "The cat sleeps.", "It rains today."]
+
+
+@dataclass
+class Case:
+    area: str
+    what: str
+    trigger: Callable[[Path], object]  # gets an empty folder to write files into
+    expect: str  # a phrase the message must contain
+    error: type[BaseException] = ValueError
+
+
+def _lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _tokenizer():
+    return train_joint_bpe(SENTENCES * 3, vocab_size=300)
+
+
+def _model_for(tokenizer, **overrides) -> VanillaTransformerForConditionalGeneration:
+    return tiny_model(vocab_size=len(tokenizer), **overrides)
+
+
+def _corpus(folder: Path, en: list[str], de: list[str]) -> Path:
+    _lines(folder / "train.en", en)
+    _lines(folder / "train.de", de)
+    return folder
+
+
+def _saved_model(folder: Path) -> Path:
+    tiny_model().save_pretrained(folder / "model")
+    return folder / "model"
+
+
+def _truncated_weights(folder: Path) -> None:
+    model = _saved_model(folder)
+    data = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(data[: len(data) // 2])
+    average_checkpoints([model])
+
+
+def _foreign_config(folder: Path) -> None:
+    model = _saved_model(folder)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "model_type": "bart"}))
+    VanillaTransformerForConditionalGeneration.from_pretrained(model)
+
+
+def _unknown_hub_dataset(folder: Path) -> None:
+    import datasets
+
+    def not_found(name, *args, **kwargs):  # what the Hub answers for a name it does not know
+        raise datasets.exceptions.DatasetNotFoundError(f"Dataset '{name}' doesn't exist on the Hub")
+
+    original, datasets.load_dataset = datasets.load_dataset, not_found
+    try:
+        load_parallel_corpus("wmt99", "en", "de")
+    finally:
+        datasets.load_dataset = original
+
+
+M = tiny_model  # a fresh tiny model (vocabulary of 61) for the model-input cases
+CASES = [
+    # ---------------------------------------------------------------- configuration
+    Case("configuration", "heads that do not divide d_model", lambda d: VanillaTransformerConfig(d_model=100), "must be divisible by the number of heads"),
+    Case("configuration", "dropout of 1.0", lambda d: VanillaTransformerConfig(dropout=1.0), "a dropout probability must lie in [0, 1)"),
+    Case("configuration", "a special token id outside the vocabulary", lambda d: VanillaTransformerConfig(vocab_size=10, eos_token_id=10), "a token id must lie in [0, vocab_size=10)"),
+    Case("configuration", "an unknown position encoding", lambda d: VanillaTransformerConfig(position_embedding_type="rotary"), "'sinusoidal' (the paper) or 'learned'"),
+    Case("configuration", "a negative layer count", lambda d: VanillaTransformerConfig(encoder_layers=-1), "it must be a positive integer"),
+    Case("training options", "max_tokens=0", lambda d: TrainConfig(max_tokens=0), "max_tokens=0 is out of range"),
+    Case("training options", "an unknown mixed precision", lambda d: TrainConfig(mixed_precision="fp8"), "mixed_precision='fp8' is out of range"),
+    Case("training options", "a misspelt option in a YAML file", lambda d: TrainConfig.from_file(_lines(d / "run.yaml", ["max_stepz: 7"])), "max_stepz"),
+    # ---------------------------------------------------------------- model inputs
+    Case("model inputs", "a token id >= vocab_size", lambda d: M()(input_ids=torch.tensor([[4, 5, 61]]), decoder_input_ids=torch.tensor([[1]])), "token id 61, outside the model's vocabulary [0, 61)"),
+    Case("model inputs", "a negative token id", lambda d: M()(input_ids=torch.tensor([[4, -1]]), decoder_input_ids=torch.tensor([[1]])), "token id -1"),
+    Case("model inputs", "float token ids", lambda d: M()(input_ids=torch.tensor([[4.0, 5.0]]), decoder_input_ids=torch.tensor([[1]])), "integer token ids"),
+    Case("model inputs", "an attention mask of another shape", lambda d: M()(input_ids=torch.tensor([[4, 5, 6]]), attention_mask=torch.ones(1, 4), decoder_input_ids=torch.tensor([[1]])), "shape (1, 4) but its ids"),
+    Case("model inputs", "an empty batch", lambda d: M()(input_ids=torch.zeros(0, 4, dtype=torch.long), decoder_input_ids=torch.tensor([[1]])), "empty"),
+    Case("model inputs", "ids without a batch dimension", lambda d: M()(input_ids=torch.tensor([4, 5, 6]), decoder_input_ids=torch.tensor([[1]])), "shape [batch, sequence]"),
+    Case("model inputs", "a label id >= vocab_size", lambda d: M()(input_ids=torch.tensor([[4, 5]]), labels=torch.tensor([[70, -100]])), "`labels` holds token id 70"),
+    Case("model inputs", "input longer than learned positions support", lambda d: M(max_position_embeddings=8, position_embedding_type="learned")(input_ids=random_ids(1, 9), decoder_input_ids=random_ids(1, 3)), "max_position_embeddings=8"),
+    Case("model inputs", "skip_logits without labels", lambda d: M()(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), skip_logits=True), "skip_logits=True needs `labels`"),
+    # ---------------------------------------------------------------- generation and translation
+    Case("generation", "more returned sequences than beams", lambda d: M().generate(random_ids(1, 4), num_beams=2, num_return_sequences=3, max_new_tokens=3), "num_return_sequences"),
+    Case("translation", "one string instead of a list", lambda d: translate(_model_for(t := _tokenizer()), t, "A dog runs."), "not a single string"),
+    Case("translation", "an empty list of sentences", lambda d: translate(_model_for(t := _tokenizer()), t, []), "`texts` is empty"),
+    Case("translation", "an unknown dtype", lambda d: translate(_model_for(t := _tokenizer()), t, ["A dog."], dtype="int8"), "dtype='int8' is not understood"),
+    Case("translation", "a sentence longer than learned positions support", lambda d: translate(_model_for(t := _tokenizer(), position_embedding_type="learned", max_position_embeddings=8), t, ["A dog runs. " * 6]), "max_position_embeddings=8"),
+    Case("evaluation", "sources and references of different lengths", lambda d: evaluate_model(_model_for(t := _tokenizer()), t, SENTENCES, SENTENCES[:3]), "4 sources but 3 references"),
+    Case("tokenizer", "a tokenizer larger than the model's vocabulary", lambda d: check_tokenizer_matches_model(_tokenizer(), tiny_model().config), "Tokenizer and model config do not match"),
+    # ---------------------------------------------------------------- corpus files
+    Case("corpus", "a missing file", lambda d: load_parallel_corpus(_lines(d / "c.en", SENTENCES).with_suffix(""), "en", "de"), "File not found"),
+    Case("corpus", "an empty file", lambda d: (_lines(d / "c.en", SENTENCES), _lines(d / "c.de", []), load_parallel_corpus(d / "c", "en", "de")), "File is empty"),
+    Case("corpus", "files with different line counts", lambda d: load_parallel_corpus(_corpus(d, SENTENCES, SENTENCES[:3]) / "train", "en", "de"), "Misaligned"),
+    Case("corpus", "a file that is not UTF-8", lambda d: (_lines(d / "c.en", ["A dog."]), (d / "c.de").write_bytes("Männer.\n".encode("latin-1")), load_parallel_corpus(d / "c", "en", "de")), "not UTF-8: line 1"),
+    Case("corpus", "a dataset name the Hub does not know", _unknown_hub_dataset, "Unknown dataset 'wmt99'"),
+    # ---------------------------------------------------------------- checkpoints
+    Case("checkpoints", "a checkpoint folder without weights", lambda d: ((d / "ck").mkdir(), average_checkpoints([d / "ck"])), "has no model.safetensors"),
+    Case("checkpoints", "a truncated model.safetensors", _truncated_weights, "is not a valid safetensors file"),
+    Case("checkpoints", "a config.json of another model_type", _foreign_config, "model_type 'bart'"),
+    # ---------------------------------------------------------------- command line
+    Case("command line", "train --max-tokens 0", lambda d: cli(["train", "--data", str(d), "--max-tokens", "0"]), "max_tokens=0 is out of range"),
+    Case("command line", "an unknown option", lambda d: cli(["train", "--max-tokenz", "5"]), "2", SystemExit),
+]
+
+
+def message(case: Case, folder: Path) -> str:
+    """The error ``case`` raises, with the temporary folder's path shortened to ``…``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with pytest.raises(case.error) as error:
+        case.trigger(folder)
+    text = str(error.value) if case.error is not SystemExit else f"exit status {error.value.code} (argparse prints the usage and the unknown option)"
+    return " ".join(text.replace(str(folder), "…").split())
+
+
+def render(messages: list[str]) -> str:
+    lines = [
+        "# Errors for bad input",
+        "",
+        "Every row is a test (`tests/test_error_messages.py`), and this file is generated from the messages those",
+        "tests see: `python tests/test_error_messages.py` rewrites it. `…` stands for the folder of the example.",
+        "",
+        "| area | bad input | error | message |",
+        "|---|---|---|---|",
+    ]
+    for case, text in zip(CASES, messages):
+        cell = text.replace("|", "\\|")
+        lines.append(f"| {case.area} | {case.what} | `{case.error.__name__}` | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
+def test_bad_input_gets_a_clear_error(case, tmp_path):
+    text = message(case, tmp_path)
+    assert case.expect in text, text
+
+
+def test_the_documented_table_is_what_the_cases_raise(tmp_path):
+    assert len(CASES) >= 25
+    messages = [message(case, tmp_path / str(i)) for i, case in enumerate(CASES)]
+    assert DOC.read_text(encoding="utf-8") == render(messages), "docs/errors.md is stale: run python tests/test_error_messages.py"
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = [message(case, Path(tmp) / str(i)) for i, case in enumerate(CASES)]
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(render(texts), encoding="utf-8")
+    print(f"wrote {DOC.relative_to(ROOT)} ({len(CASES)} cases)")

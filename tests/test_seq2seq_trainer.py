@@ -1,0 +1,226 @@
+"""transformers' Seq2SeqTrainer set up as the paper trains (vanilla_transformer/finetuning.py and
+examples/finetune_seq2seq_trainer.py): the learning rate is the paper's at every step, a short run
+learns and reports sacreBLEU/chrF, gradient accumulation equals one big batch, and the example script
+writes a loadable model."""
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_model
+from transformers import AutoTokenizer, EvalPrediction, TrainerCallback
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.data import collate_batch, load_parallel_corpus
+from vanilla_transformer.evaluation import translate
+from vanilla_transformer.finetuning import (
+    build_trainer,
+    finetune,
+    make_training_arguments,
+    paper_learning_rate,
+    prepare_datasets,
+)
+from vanilla_transformer.tokenization import train_joint_bpe
+from vanilla_transformer.training import noam_learning_rate
+
+ROOT = Path(__file__).resolve().parents[1]
+# One thread: tiny models gain nothing from a second one, and lose 10-100x when the other core is busy.
+OFFLINE_ONE_THREAD = {
+    "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def pairs(corpus):
+    return load_parallel_corpus(corpus, "en", "de")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(pairs):
+    train = pairs["train"].select(range(300))
+    return train_joint_bpe(itertools.chain(train["source"], train["target"]), vocab_size=400)
+
+
+def test_trainer_learning_rate_is_the_papers_formula_at_every_step(tokenizer, tmp_path):
+    # The stated equality, for the paper's base model: peak = 512^-0.5 * 4000^-0.5.
+    assert paper_learning_rate(512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)
+    assert paper_learning_rate(512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-15)
+
+    model = tiny_model(vocab_size=len(tokenizer))
+    d_model, warmup, steps = model.config.d_model, 4000, 20_000
+    args = make_training_arguments(tmp_path, d_model, warmup_steps=warmup, max_steps=steps)
+    trainer = build_trainer(model, tokenizer, args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=steps)
+
+    for group in trainer.optimizer.param_groups:  # §5.3; AdamW without weight decay is Adam
+        assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.98), 1e-9, 0.0)
+    rates = []
+    with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": we only read the schedule
+        warnings.simplefilter("ignore")
+        for _ in range(steps + 1):
+            rates.append(trainer.lr_scheduler.get_last_lr())  # one entry per parameter group
+            trainer.lr_scheduler.step()
+    rates = np.array(rates)
+    expected = np.array([noam_learning_rate(k, d_model, warmup) for k in range(steps + 1)])
+    assert rates.shape[1] >= 1
+    for group in rates.T:
+        np.testing.assert_allclose(group, expected, rtol=1e-10, atol=0)
+    assert rates[:, 0].argmax() == warmup and rates[0, 0] == 0.0
+
+
+def test_finetuning_a_saved_model_lowers_eval_loss_and_reports_bleu_and_chrf(corpus, tokenizer, tmp_path):
+    start = tmp_path / "start"
+    tiny_model(vocab_size=len(tokenizer)).save_pretrained(start)
+    tokenizer.save_pretrained(start)
+
+    result = finetune(
+        corpus, tmp_path / "out", model=start, max_train_pairs=300, max_eval_pairs=8, eval_before=True,
+        max_steps=40, warmup_steps=10, lr_factor=0.5, per_device_train_batch_size=16, per_device_eval_batch_size=4,
+        logging_steps=1, disable_tqdm=True,
+    )  # fmt: skip
+    before, after = result.eval_before, result.eval_after
+    assert after["eval_loss"] < before["eval_loss"] - 1.0, (before["eval_loss"], after["eval_loss"])
+    for metrics in (before, after):
+        assert math.isfinite(metrics["eval_bleu"]) and 0.0 <= metrics["eval_bleu"] <= 100.0
+        assert math.isfinite(metrics["eval_chrf"]) and 0.0 <= metrics["eval_chrf"] <= 100.0
+        assert metrics["eval_bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+        assert metrics["eval_chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+
+    # Learning rate actually used by update k is the paper's lrate(k - 1) (the scheduler counts from 0).
+    logged = [(h["step"], h["learning_rate"]) for h in result.trainer.state.log_history if "learning_rate" in h]
+    assert [s for s, _ in logged] == list(range(1, 41))
+    for step, lr in logged:
+        assert lr == pytest.approx(noam_learning_rate(step - 1, 32, 10, factor=0.5), rel=1e-9, abs=1e-15)
+
+    # Evaluation left the paper's per-sentence length limit in place (Seq2SeqTrainer would set max_length=20).
+    assert result.model.generation_config.max_length is None
+    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert "max_length" not in saved and saved["source_length_offset"] == 50 and saved["num_beams"] == 4
+    assert json.loads((tmp_path / "out" / "finetune_results.json").read_text())["eval_after"]["eval_bleu"] >= 0
+
+    # compute_metrics decodes and detokenises: the references scored against themselves give 100 / 100.
+    _, eval_set, _ = prepare_datasets(None, load_parallel_corpus(corpus, "en", "de", split="validation"), tokenizer)
+    labels = collate_batch(list(eval_set.select(range(8))), tokenizer.pad_token_id)["labels"].numpy()
+    predictions = np.where(labels == -100, tokenizer.pad_token_id, labels)
+    perfect = result.trainer.compute_metrics(EvalPrediction(predictions=predictions, label_ids=labels))
+    assert perfect["bleu"] == pytest.approx(100.0) and perfect["chrf"] == pytest.approx(100.0)
+
+
+def test_evaluate_without_generation_reports_the_loss(pairs, tokenizer, tmp_path):
+    """transformers guesses label columns from forward's argument names ("label" in the name): the
+    model's only such argument is `labels`, so evaluate() finds the labels and reports eval_loss, also
+    with the Trainer's own guess (label_names=None)."""
+    _, eval_set, _ = prepare_datasets(None, pairs["validation"].select(range(8)), tokenizer)
+    model = tiny_model(vocab_size=len(tokenizer))
+    args = make_training_arguments(tmp_path, model.config.d_model, predict_with_generate=False, disable_tqdm=True)
+    metrics = build_trainer(model, tokenizer, args, eval_dataset=eval_set).evaluate()
+    assert math.isfinite(metrics["eval_loss"]) and "eval_bleu" not in metrics
+    guessed = make_training_arguments(tmp_path, model.config.d_model, predict_with_generate=False, disable_tqdm=True, label_names=None)
+    trainer = build_trainer(model, tokenizer, guessed, eval_dataset=eval_set)
+    assert trainer.label_names == ["labels"]
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(metrics["eval_loss"])
+
+
+class _GradientsBeforeUpdate(TrainerCallback):
+    """Copies every gradient just before the optimizer step (after clipping, which is off here)."""
+
+    def __init__(self):
+        self.grads = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+
+def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokenizer, tmp_path):
+    """2 micro-batches x 2 pairs == 1 batch x 4 pairs, with label smoothing (the Trainer's LabelSmoother).
+
+    The 4 pairs have target lengths a < b < c < d with a + d != b + c, so every 2 + 2 split has
+    micro-batches with different token counts: averaging per-micro-batch means (the Trainer's
+    behaviour without `num_items_in_batch`) would give a different gradient, and does (checked below).
+    """
+    train, _, _ = prepare_datasets(pairs["train"].select(range(300)), None, tokenizer)
+    by_length = {}
+    for i, labels in enumerate(train["labels"]):
+        by_length.setdefault(len(labels), i)
+    lengths = sorted(by_length)
+    chosen = [lengths[0], lengths[1], lengths[len(lengths) // 2], lengths[-1]]
+    assert chosen[0] + chosen[3] != chosen[1] + chosen[2]
+    data = train.select([by_length[n] for n in chosen])
+    n_tokens = sum(chosen)
+
+    def gradient(batch_size: int, accumulation: int, loss_kwargs: bool = True) -> dict:
+        model = tiny_model(vocab_size=len(tokenizer)).train()  # same seed: same weights; dropout 0
+        seen = []  # num_items_in_batch of each forward call
+        model.register_forward_pre_hook(
+            lambda _, args, kwargs: seen.append(kwargs.get("num_items_in_batch")), with_kwargs=True
+        )
+        capture = _GradientsBeforeUpdate()
+        args = make_training_arguments(
+            tmp_path / f"run{batch_size}x{accumulation}", model.config.d_model, warmup_steps=1, max_steps=1,
+            per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation, max_grad_norm=0.0,
+            disable_tqdm=True,
+        )  # fmt: skip
+        trainer = build_trainer(model, tokenizer, args, train_dataset=data, callbacks=[capture])
+        assert trainer.model_accepts_loss_kwargs and trainer.label_smoother is not None
+        trainer.model_accepts_loss_kwargs = loss_kwargs
+        trainer.train()
+        if loss_kwargs:  # the Trainer counted the target tokens of the whole update and passed the count
+            assert [int(n) for n in seen] == [n_tokens] * accumulation
+        (grads,) = capture.grads
+        return grads
+
+    # Reference: the token-mean label-smoothed loss of all 4 pairs in one forward pass.
+    reference_model = tiny_model(vocab_size=len(tokenizer)).train()
+    batch = collate_batch(list(data), tokenizer.pad_token_id)
+    reference_model(**batch, smoothing=0.1).loss.backward()
+    reference = {n: p.grad for n, p in reference_model.named_parameters() if p.grad is not None}
+
+    one_batch, accumulated = gradient(4, 1), gradient(2, 2)
+    assert one_batch.keys() == accumulated.keys() == reference.keys()
+    for name in reference:
+        torch.testing.assert_close(one_batch[name], reference[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(accumulated[name], reference[name], rtol=1e-4, atol=1e-6, msg=name)
+
+    # The check can fail: per-micro-batch means averaged over the 2 steps give another gradient.
+    naive = gradient(2, 2, loss_kwargs=False)
+    difference = max((naive[n] - reference[n]).abs().max().item() for n in reference)
+    scale = max(reference[n].abs().max().item() for n in reference)
+    assert difference > 1e-3 * scale
+
+
+def test_the_example_script_fine_tunes_a_preset_and_writes_a_loadable_model(corpus, tmp_path):
+    out = tmp_path / "ft"
+    command = [
+        sys.executable, str(ROOT / "examples" / "finetune_seq2seq_trainer.py"), "--data", str(corpus),
+        "--preset", "base", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400",
+        "--max-train-pairs", "200", "--max-eval-pairs", "4", "--max-steps", "3", "--warmup-steps", "2",
+        "--per-device-train-batch-size", "8", "--logging-steps", "1", "--no-progress", "--output-dir", str(out),
+    ]  # fmt: skip
+    env = {**os.environ, **OFFLINE_ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout[done.stdout.index('{\n  "output_dir"') :])  # after the Trainer's log lines
+    assert summary["eval"]["eval_bleu_signature"].startswith("nrefs:1") and math.isfinite(summary["eval"]["eval_loss"])
+
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert (model.config.d_model, model.config.encoder_layers, model.config.decoder_ffn_dim) == (32, 1, 64)
+    assert model.config.vocab_size == len(tokenizer) <= 400
+    (translation,) = translate(model, tokenizer, ["Good morning."], num_beams=2, max_new_tokens=5)
+    assert isinstance(translation, str)
