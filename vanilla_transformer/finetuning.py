@@ -76,7 +76,7 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .data import load_parallel_corpus, tokenize_corpus
 from .evaluation import score
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .tokenization import check_tokenizer_matches_model, train_joint_bpe
+from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer, train_joint_bpe
 from .training import noam_learning_rate
 
 __all__ = [
@@ -164,15 +164,7 @@ def build_model_and_tokenizer(
     if tokenizer is None:
         texts = itertools.chain(train_pairs["source"], train_pairs["target"])
         tokenizer = train_joint_bpe(texts, vocab_size=vocab_size)
-    ids = dict(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        unk_token_id=tokenizer.unk_token_id,
-        decoder_start_token_id=tokenizer.bos_token_id,
-    )
-    config = getattr(VanillaTransformerConfig, preset)(**{**ids, **overrides})
+    config = getattr(VanillaTransformerConfig, preset)(**{**config_ids_from_tokenizer(tokenizer), **overrides})
     model = VanillaTransformerForConditionalGeneration(config)
     if attn_implementation:
         model.set_attn_implementation(attn_implementation)

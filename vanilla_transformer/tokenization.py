@@ -122,6 +122,19 @@ def save_tokenizer(tok: PreTrainedTokenizerFast, folder: str | os.PathLike) -> t
     return tok.save_pretrained(folder)
 
 
+def config_ids_from_tokenizer(tokenizer: Any) -> dict[str, int]:
+    """The config fields a new model takes from its tokenizer: ``vocab_size`` and the special token ids
+    (generation starts from ``<s>``, which is also ``decoder_start_token_id``)."""
+    return dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        unk_token_id=tokenizer.unk_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+
+
 def check_tokenizer_matches_model(tokenizer: Any, config: Any) -> None:
     """Raise ``ValueError`` if ``tokenizer`` cannot feed a model built from ``config``.
 

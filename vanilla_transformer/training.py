@@ -288,21 +288,13 @@ def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, 
 # The loop
 # --------------------------------------------------------------------------------------------
 def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    from .tokenization import check_tokenizer_matches_model
+    from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer
 
     if config.init_from is not None:
         model = VanillaTransformerForConditionalGeneration.from_pretrained(config.init_from)
     else:
         preset = getattr(VanillaTransformerConfig, config.preset)
-        ids = dict(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            unk_token_id=tokenizer.unk_token_id,
-            decoder_start_token_id=tokenizer.bos_token_id,
-        )
-        model = VanillaTransformerForConditionalGeneration(preset(**{**ids, **config.model}))
+        model = VanillaTransformerForConditionalGeneration(preset(**{**config_ids_from_tokenizer(tokenizer), **config.model}))
     check_tokenizer_matches_model(tokenizer, model.config)
     return model
 
