@@ -13,6 +13,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -39,6 +41,16 @@ def run(direction: str, minutes: float, data: Path, output_root: Path, mixed_pre
     return {"direction": direction, "minutes": minutes, "mixed_precision": mixed_precision, **{k: summary[k] for k in ("step", "target_tokens", "loop_seconds", "test")}}
 
 
+def _git_revision() -> str | None:
+    """The commit the script ran at (with "+changes" when the working tree differed), if git is there."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
@@ -47,13 +59,21 @@ def main() -> None:
     parser.add_argument("--output-root", type=Path, default=ROOT / "outputs")
     parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16"], help="bf16 autocast (default) or fp32")
     args = parser.parse_args()
-    results = [run(d, args.minutes, args.data, args.output_root, args.mixed_precision) for d in args.directions]
-    environment = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                   "processor": platform.processor() or platform.machine()}  # fmt: skip
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     stem = f"multi30k-{args.minutes:g}min"  # e.g. multi30k-0.5min: not Path.with_suffix, which would cut at ".5"
-    (out / f"{stem}.json").write_text(json.dumps({"environment": environment, "results": results}, indent=2))
+    environment = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                   "processor": platform.processor() or platform.machine()}  # fmt: skip
+    # Rows of directions not run this time are kept: each direction is an hour, and may be run on its own.
+    previous = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").is_file() else {"results": []}
+    results = [r for r in previous["results"] if r["direction"] not in args.directions]
+    for direction in args.directions:
+        row = run(direction, args.minutes, args.data, args.output_root, args.mixed_precision)
+        row.update(date=time.strftime("%Y-%m-%d", time.gmtime()), revision=_git_revision())
+        results.append(row)
+        results.sort(key=lambda r: r["direction"])
+        # written after each direction, so that a crash in the second hour does not lose the first
+        (out / f"{stem}.json").write_text(json.dumps({"environment": environment, "results": results}, indent=2) + "\n")
     lines = ["| direction | budget | steps | target tokens | sacreBLEU | chrF | signature |", "|---|---|---|---|---|---|---|"]
     for r in results:
         t = r["test"]

@@ -547,6 +547,9 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
         )
         if pinned:
             source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."
+        elif row.get("date"):  # rows written since the script records them
+            source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}); "
+                      f"settings of `benchmarks/multi30k.py` at {revision}.")  # fmt: skip
         else:
             source = (f"- Results file: `{relative}` (it records no date or code revision); settings of "
                       f"`benchmarks/multi30k.py` at {revision}.")  # fmt: skip
