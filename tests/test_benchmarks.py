@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import bf16_curve  # noqa: E402
 import speed  # noqa: E402
 
 
@@ -44,3 +45,16 @@ def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
 def test_speed_benchmark_rejects_unknown_choices(argv):
     with pytest.raises(SystemExit):
         speed.main(argv)
+
+
+def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, tmp_path):
+    report = bf16_curve.main(["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--steps", "6",
+                              "--log-every", "2", "--eval-every", "3", "--output", str(tmp_path / "out"),
+                              "--workdir", str(tmp_path / "work")])  # fmt: skip
+    for run in (report["fp32"], report["bf16"]):
+        assert [step for step, _ in run["train"]] == [2, 4, 6] and [step for step, _ in run["valid"]] == [3, 6]
+    # same start, same batches: the first recorded losses differ only by bf16 rounding
+    assert abs(report["fp32"]["train"][0][1] - report["bf16"]["train"][0][1]) / report["fp32"]["train"][0][1] < 0.02
+    assert report["fp32"]["train"] != report["bf16"]["train"]  # the precision did change something
+    assert 0 <= report["max_relative_gap_train"] < 0.05
+    assert (tmp_path / "out" / "bf16-vs-fp32.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -9,11 +9,15 @@ these cases raise, so the documentation cannot drift from the code:
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -29,7 +33,8 @@ from vanilla_transformer.cli import main as cli  # noqa: E402
 from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
 from vanilla_transformer.evaluation import evaluate_model, translate  # noqa: E402
 from vanilla_transformer.tokenization import check_tokenizer_matches_model, train_joint_bpe  # noqa: E402
-from vanilla_transformer.training import TrainConfig  # noqa: E402
+from vanilla_transformer import training  # noqa: E402
+from vanilla_transformer.training import TrainConfig, train  # noqa: E402
 
 DOC = ROOT / "docs" / "errors.md"
 SENTENCES = ["A dog runs.", "Two men talk.", "The cat sleeps.", "It rains today."]
@@ -95,6 +100,54 @@ def _unknown_hub_dataset(folder: Path) -> None:
         datasets.load_dataset = original
 
 
+def _tiny_run(folder: Path, **overrides) -> TrainConfig:
+    """Two training steps of a very small model on a 16-pair corpus, a checkpoint after each."""
+    for split in ("train", "valid"):
+        _lines(folder / f"{split}.en", SENTENCES * 4)
+        _lines(folder / f"{split}.de", SENTENCES[::-1] * 4)
+    size = {"d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+            "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32}  # fmt: skip
+    values = dict(data=str(folder), output_dir=str(folder / "run"), vocab_size=300, model=size, max_tokens=64,
+                  max_steps=2, warmup_steps=1, save_every=1, eval_every=1000, eval_bleu_sentences=0,
+                  test_split=None, progress=False)  # fmt: skip
+    return TrainConfig(**{**values, **overrides})
+
+
+def _resume_with_another_size(folder: Path) -> None:
+    train(_tiny_run(folder))
+    config = _tiny_run(folder, max_steps=4, resume=True)
+    train(dataclasses.replace(config, model={**config.model, "d_model": 32}))
+
+
+def _non_finite_loss(folder: Path) -> None:
+    real = training._loss_sums
+
+    def poisoned(model, batch, smoothing):  # the second update's loss becomes NaN
+        smoothed, nll = real(model, batch, smoothing)
+        poisoned.calls += 1
+        return (smoothed * float("nan") if poisoned.calls == 2 else smoothed), nll
+
+    poisoned.calls = 0
+    with mock.patch.object(training, "_loss_sums", poisoned):
+        train(_tiny_run(folder))
+
+
+def _disk_full_during_a_checkpoint(folder: Path) -> None:
+    from accelerate import Accelerator
+
+    real = Accelerator.save_state
+
+    def full_disk(self, output_dir=None, **kwargs):  # the second checkpoint runs out of space half-way
+        if output_dir.endswith("checkpoint-2"):
+            (Path(output_dir) / "model.safetensors").parent.mkdir(parents=True, exist_ok=True)
+            (Path(output_dir) / "model.safetensors").write_bytes(b"\0" * 64)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, output_dir, **kwargs)
+
+    with mock.patch.object(Accelerator, "save_state", full_disk):
+        train(_tiny_run(folder))
+
+
 M = tiny_model  # a fresh tiny model (vocabulary of 61) for the model-input cases
 CASES = [
     # ---------------------------------------------------------------- configuration
@@ -134,6 +187,10 @@ CASES = [
     Case("checkpoints", "a checkpoint folder without weights", lambda d: ((d / "ck").mkdir(), average_checkpoints([d / "ck"])), "has no model.safetensors"),
     Case("checkpoints", "a truncated model.safetensors", _truncated_weights, "is not a valid safetensors file"),
     Case("checkpoints", "a config.json of another model_type", _foreign_config, "model_type 'bart'"),
+    Case("checkpoints", "resuming with another model size", _resume_with_another_size, "Cannot resume from"),
+    # ---------------------------------------------------------------- training health
+    Case("training", "a loss that becomes NaN", _non_finite_loss, "Non-finite training loss at step 2", FloatingPointError),
+    Case("training", "a full disk while a checkpoint is written", _disk_full_during_a_checkpoint, "checkpoint-1, is intact", OSError),
     # ---------------------------------------------------------------- command line
     Case("command line", "train --max-tokens 0", lambda d: cli(["train", "--data", str(d), "--max-tokens", "0"]), "max_tokens=0 is out of range"),
     Case("command line", "an unknown option", lambda d: cli(["train", "--max-tokenz", "5"]), "2", SystemExit),

@@ -1,5 +1,6 @@
 """The training recipe: schedule, smoothing, a real run that learns, exact resume, atomic checkpoints."""
 
+import errno
 import json
 import math
 import os
@@ -126,6 +127,53 @@ def test_half_written_checkpoints_are_ignored_and_reported(corpus, tmp_path, cap
 def test_keeps_only_the_last_k_checkpoints(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "run", max_steps=8, save_every=2, keep_checkpoints=2, average_last=2))
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_the_run_resumes(corpus, tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    real = Accelerator.save_state
+
+    def full_disk(self, output_dir=None, **kwargs):
+        if output_dir.endswith("checkpoint-4"):  # half a file, then ENOSPC
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            (Path(output_dir) / "model.safetensors").write_bytes(b"\0" * 1000)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, output_dir, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", full_disk)
+    with pytest.raises(OSError, match="checkpoint-4 failed .No space left on device.*checkpoint-2, is intact") as error:
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2))
+    assert error.value.errno == errno.ENOSPC
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert [p.name for p in checkpoints.iterdir()] == ["checkpoint-2"]  # the half-written folder is gone
+    monkeypatch.setattr(Accelerator, "save_state", real)
+    train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2, resume=True))
+    train(tiny_run(corpus, tmp_path / "full", max_steps=6, save_every=2))
+    a = load_file(checkpoints / "checkpoint-6" / "model.safetensors")
+    b = load_file(tmp_path / "full" / "checkpoints" / "checkpoint-6" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_non_finite_loss_stops_the_run_before_the_update_and_keeps_the_last_checkpoint(corpus, tmp_path, monkeypatch):
+    from vanilla_transformer import training
+
+    real, calls = training._loss_sums, []
+
+    def poisoned(model, batch, smoothing):
+        smoothed, nll = real(model, batch, smoothing)
+        calls.append(model.training)
+        return (smoothed * float("nan") if len(calls) == 3 else smoothed), nll
+
+    monkeypatch.setattr(training, "_loss_sums", poisoned)
+    with pytest.raises(FloatingPointError, match="step 3 .the weights were not updated.; the newest checkpoint.*checkpoint-2"):
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2))
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
+    monkeypatch.setattr(training, "_loss_sums", real)
+    summary = train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2, resume=True))
+    assert summary["step"] == 6
+    weights = load_file(tmp_path / "run" / "final" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
 
 
 # ------------------------------------------------------------------ bad input, before any training

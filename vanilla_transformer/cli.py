@@ -130,7 +130,7 @@ TRAIN_OPTIONS = {
     "data": str, "src_lang": str, "tgt_lang": str, "hub_config": str, "tokenizer": str, "vocab_size": int,
     "preset": str, "init_from": str, "max_tokens": int, "gradient_accumulation": int, "max_steps": int,
     "max_minutes": float, "warmup_steps": int, "lr_factor": float, "label_smoothing": float,
-    "max_grad_norm": float, "mixed_precision": str, "seed": int, "eval_every": int,
+    "max_grad_norm": float, "mixed_precision": str, "seed": int, "eval_every": int, "log_every": int,
     "eval_bleu_sentences": int, "save_every": int, "keep_checkpoints": int, "average_last": int,
     "output_dir": str, "log_with": str, "max_length": int, "attn_implementation": str, "attention_pictures": int,
 }  # fmt: skip

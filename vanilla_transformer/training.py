@@ -73,6 +73,7 @@ class TrainConfig:
     attn_implementation: str = "auto"  # auto | eager | sdpa
     seed: int = 0
     # evaluation
+    log_every: int = 50  # training loss, NLL, learning rate and tokens/s are recorded every N steps
     eval_every: int = 500
     eval_bleu_sentences: int = 200  # validation sentences translated (beam search) at each evaluation
     eval_num_beams: int = 4
@@ -98,6 +99,7 @@ class TrainConfig:
             "warmup_steps": self.warmup_steps >= 1,
             "save_every": self.save_every >= 1,
             "eval_every": self.eval_every >= 1,
+            "log_every": self.log_every >= 1,
             "keep_checkpoints": self.keep_checkpoints >= 1,
             "average_last": self.average_last >= 1,
             "max_length": self.max_length >= 2,
@@ -173,32 +175,69 @@ def list_checkpoints(checkpoint_dir: Path) -> list[Path]:
 
 
 def incomplete_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    """Leftovers of an interrupted save (``.tmp-checkpoint-N``) or deletion (``.tmp-deleting-checkpoint-N``)."""
     if not checkpoint_dir.is_dir():
         return []
     return sorted(p for p in checkpoint_dir.iterdir() if p.name.startswith(".tmp-"))
 
 
+def _delete_atomically(folder: Path) -> None:
+    """Rename, then delete: a process killed half-way leaves a ``.tmp-`` folder that no one reads,
+    never a ``checkpoint-N`` with some of its files gone."""
+    doomed = folder.with_name(f".tmp-deleting-{folder.name}")
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed)
+
+
 def save_checkpoint(accelerator, checkpoint_dir: Path, state: dict, keep: int) -> Path:
     """``accelerator.save_state`` into ``.tmp-checkpoint-N``, then an atomic rename to ``checkpoint-N``;
-    the oldest checkpoints beyond ``keep`` are deleted only after the new one is complete."""
+    the oldest checkpoints beyond ``keep`` are deleted only after the new one is complete.
+
+    A process killed at any moment leaves the previous checkpoints complete (tested with SIGKILL in
+    ``benchmarks/kill_resume.py``). A failed write (for example a full disk) removes the half-written
+    folder and raises an ``OSError`` that names the newest complete checkpoint.
+    """
     final = checkpoint_dir / f"{CHECKPOINT_PREFIX}{state['step']}"
     tmp = checkpoint_dir / f".tmp-{final.name}"
     if accelerator.is_main_process:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()
+    try:
+        accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            _write_json_atomic(tmp / STATE_FILE, state)
+    except OSError as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = list_checkpoints(checkpoint_dir)
+        kept = f"the newest complete checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
+        raise OSError(
+            error.errno,
+            f"Writing checkpoint {final.name} failed ({error.strerror or error}); the half-written folder was removed "
+            f"and {kept}. Free disk space (or lower keep_checkpoints) and rerun with --resume.",
+        ) from error
     if accelerator.is_main_process:
-        _write_json_atomic(tmp / STATE_FILE, state)
+        _fsync_files(tmp)  # the data reach the disk before the rename does (a power cut, not only a kill)
         if final.exists():  # same step saved again (e.g. after a resume): replace it
-            shutil.rmtree(final)
+            _delete_atomically(final)
         os.replace(tmp, final)
         _fsync_dir(checkpoint_dir)
         for old in list_checkpoints(checkpoint_dir)[:-keep]:
-            shutil.rmtree(old)
+            _delete_atomically(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def _save_folder_atomically(folder: Path, write) -> None:
+    """``write(tmp)`` fills a temporary sibling folder, which then replaces ``folder``: a crash leaves
+    either the old folder or the new one, never a mixture."""
+    tmp = folder.with_name(f".tmp-{folder.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp)
+    if folder.exists():
+        _delete_atomically(folder)
+    os.replace(tmp, folder)
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
@@ -208,6 +247,13 @@ def _write_json_atomic(path: Path, data: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _fsync_files(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -261,7 +307,8 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
             if accelerator.is_main_process:
                 train = corpus[config.train_split]
                 texts = (text for pair in zip(train["source"], train["target"]) for text in pair)
-                train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False).save_pretrained(tokenizer_dir)
+                bpe = train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False)
+                _save_folder_atomically(tokenizer_dir, bpe.save_pretrained)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -441,7 +488,8 @@ def train(config: TrainConfig) -> dict:
     state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "target_tokens": 0, "loop_seconds": 0.0, "history": []}
     if config.resume:
         for broken in incomplete_checkpoints(checkpoint_dir):
-            log(f"ignoring incomplete checkpoint {broken.name} (a save was interrupted); deleting it")
+            what = "a deletion" if broken.name.startswith(".tmp-deleting-") else "a save"
+            log(f"ignoring incomplete checkpoint {broken.name} ({what} was interrupted); deleting it")
             if accelerator.is_main_process:
                 shutil.rmtree(broken, ignore_errors=True)
         if existing:
@@ -457,6 +505,8 @@ def train(config: TrainConfig) -> dict:
         accelerator.init_trackers("vanilla_transformer", config={k: str(v) for k, v in dataclasses.asdict(config).items()})
 
     model.train()
+    log(f"training from step {state['step']} to step {config.max_steps}"
+        + (f" or {config.max_minutes:g} minutes" if config.max_minutes else ""))  # fmt: skip
     show = config.progress and accelerator.is_local_main_process
     bar = tqdm(total=config.max_steps, initial=state["step"], desc="training", disable=not show)
     deadline = start_time + config.max_minutes * 60 if config.max_minutes else None
@@ -482,14 +532,18 @@ def train(config: TrainConfig) -> dict:
                     smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
                 accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
             window += torch.tensor([smoothed.item(), nll.item(), float((batch["labels"] != -100).sum())])
-        if not math.isfinite(window[0].item()):
+        if not math.isfinite(window[0].item()):  # stop before the update: no bad weights reach a checkpoint
+            newest = (list_checkpoints(checkpoint_dir) or [None])[-1]
+            kept = f"the newest checkpoint, {newest}, is from before it" if newest else "no checkpoint was written yet"
             raise FloatingPointError(
-                f"Non-finite training loss at step {state['step'] + 1}; the last good checkpoint is kept in "
-                f"{checkpoint_dir}. Lower lr_factor, set max_grad_norm, or use bf16 instead of fp16."
+                f"Non-finite training loss at step {state['step'] + 1} (the weights were not updated); {kept}. "
+                f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume; with fp16, use bf16."
             )
         if config.max_grad_norm is not None:
             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
+        if accelerator.optimizer_step_was_skipped:  # fp16 loss scaling met inf/nan gradients and lowered its scale
+            log(f"step {state['step'] + 1}: fp16 loss scaling skipped this update (non-finite gradients)")
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state["step"] += 1
@@ -505,7 +559,7 @@ def train(config: TrainConfig) -> dict:
         elif deadline is not None and time.monotonic() > deadline:
             stop_reason = "max_minutes"
         record = None
-        if state["step"] % 50 == 0 or stop_reason:
+        if state["step"] % config.log_every == 0 or stop_reason:
             tokens = max(window[2].item(), 1.0)
             record = {"step": state["step"], "train_loss": window[0].item() / tokens,
                       "train_nll": window[1].item() / tokens, "lr": scheduler.get_last_lr()[0],
@@ -628,8 +682,12 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
     summary["averaged_checkpoints"] = [p.name for p in checkpoints]
     unwrapped.eval()
     final_dir = output_dir / "final"
-    unwrapped.save_pretrained(final_dir)
-    tokenizer.save_pretrained(final_dir)
+
+    def write_final(folder: Path) -> None:
+        unwrapped.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    _save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
     last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
     summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
     if config.test_split and config.test_split in splits:

@@ -1,0 +1,258 @@
+"""Kill training with SIGKILL at random moments, resume each time, and check that no work is lost.
+
+    python benchmarks/kill_resume.py                 # 30 kills: writes benchmarks/results/kill-resume.{json,md,png}
+    python benchmarks/kill_resume.py --kills 10 --output /tmp/kr   # what the test suite runs
+
+The procedure, on a tiny model and 2,000 pairs of the bundled Tatoeba corpus (CPU, one thread, so
+that every run is deterministic):
+
+1. A reference run trains ``--steps`` steps without interruption, keeping every checkpoint.
+2. The same run, in another folder, is started with ``vanilla-transformer train --config ... --resume``
+   and killed with SIGKILL ``--kills`` times, then left to finish. Kills alternate between two kinds:
+
+   * ``random``: at a random moment, uniformly within ~12 training steps after the loop has started
+     (sometimes that is already in the final averaging and saving);
+   * ``write``: as soon as a checkpoint write has begun (a ``.tmp-checkpoint-N`` folder exists), or a
+     rotation (``.tmp-deleting-checkpoint-N``), whichever the process reaches first.
+
+   After every kill, the folder is inspected before the restart: every complete checkpoint
+   (``checkpoint-N`` with its ``trainer_state.json``) must load and hold exactly the reference's
+   weights of step N, and any half-written ``.tmp-*`` folder must be reported and removed by the
+   next start ("ignoring incomplete checkpoint").
+3. At the end, the last checkpoint and the averaged ``final/model.safetensors`` must be bit-identical
+   to the reference's.
+
+No well-kept library offers such a fault-injection harness for training loops (pytest-timeout and
+hypothesis do not kill and resume processes), so it is written here with ``subprocess`` and ``os.kill``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vanilla_transformer.training import CHECKPOINT_PREFIX, STATE_FILE, list_checkpoints  # noqa: E402
+
+MODEL = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+         "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "dropout": 0.1}  # fmt: skip
+LOOP_STARTED = "training from step"  # printed by training.train after resuming, before its loop
+
+
+def write_corpus(folder: Path, sizes: dict[str, int] | None = None) -> Path:
+    """The first pairs of each split of the bundled Tatoeba corpus, as {split}.{lang} files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (sizes or {"train": 2000, "valid": 50}).items():
+        for lang in ("en", "de"):
+            with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(n)]
+            (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def run_config(corpus: Path, output_dir: Path, steps: int, save_every: int, keep: int, tokenizer: Path | None) -> dict:
+    return {
+        "data": str(corpus), "src_lang": "en", "tgt_lang": "de", "test_split": None, "vocab_size": 400,
+        "tokenizer": None if tokenizer is None else str(tokenizer), "model": MODEL, "max_tokens": 256,
+        "max_steps": steps, "warmup_steps": 10, "lr_factor": 2.0, "eval_every": 10**6, "eval_bleu_sentences": 0,
+        "save_every": save_every, "keep_checkpoints": keep, "average_last": 2, "seed": 7, "progress": False,
+        "output_dir": str(output_dir),
+    }  # fmt: skip
+
+
+def _environment() -> dict:
+    # one thread: bit-identical arithmetic from run to run, and a free core for this supervisor
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+
+
+def _start(config_path: Path, log_path: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "vanilla_transformer", "train", "--config", str(config_path), "--resume"]
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_environment(), cwd=ROOT)
+
+
+def _wait_for_text(path: Path, text: str, offset: int, process: subprocess.Popen, timeout: float = 300) -> bool:
+    """Wait until ``text`` appears in the log after byte ``offset``; False if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text.encode() in path.read_bytes()[offset:]:
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.01)
+    raise TimeoutError(f"no {text!r} in {path} after {timeout:.0f} s")
+
+
+def _temporary_folders(checkpoint_dir: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in os.scandir(checkpoint_dir) if entry.name.startswith(".tmp-"))
+    except FileNotFoundError:
+        return []
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    x, y = load_file(str(a)), load_file(str(b))
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def check_checkpoints(run: Path, reference: Path) -> list[int]:
+    """Every complete checkpoint of ``run`` loads and equals the reference's at the same step; their steps."""
+    steps = []
+    for checkpoint in list_checkpoints(run / "checkpoints"):
+        step = int(checkpoint.name[len(CHECKPOINT_PREFIX) :])
+        state = json.loads((checkpoint / STATE_FILE).read_text())
+        if state["step"] != step:
+            raise AssertionError(f"{checkpoint}: trainer_state.json says step {state['step']}")
+        if not _same_weights(checkpoint / "model.safetensors", reference / "checkpoints" / checkpoint.name / "model.safetensors"):
+            raise AssertionError(f"{checkpoint} differs from the uninterrupted run's {checkpoint.name}")
+        steps.append(step)
+    return steps
+
+
+def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every: int = 4, seed: int = 0) -> dict:
+    """Run the whole procedure in ``workdir``; returns a report (raises AssertionError on any mismatch)."""
+    rng = random.Random(seed)
+    corpus = write_corpus(workdir / "corpus")
+
+    # 1. the uninterrupted reference, every checkpoint kept
+    reference = workdir / "reference"
+    (workdir / "reference.json").write_text(json.dumps(run_config(corpus, reference, steps, save_every, 10**6, None)))
+    started = time.monotonic()
+    process = _start(workdir / "reference.json", workdir / "reference.log")
+    if process.wait() != 0:
+        raise RuntimeError(f"the reference run failed:\n{(workdir / 'reference.log').read_text()[-3000:]}")
+    reference_seconds = time.monotonic() - started
+    step_seconds = json.loads((reference / "results.json").read_text())["loop_seconds"] / steps
+
+    # 2. the same run (with the reference's tokenizer), killed again and again
+    run = workdir / "killed"
+    config_path = workdir / "killed.json"
+    config_path.write_text(json.dumps(run_config(corpus, run, steps, save_every, 2, reference / "tokenizer")))
+    log_path, events, t0 = workdir / "killed.log", [], time.monotonic()
+    for i in range(kills + 1):
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        leftovers = set(_temporary_folders(run / "checkpoints"))
+        resumed_from = (list_checkpoints(run / "checkpoints") or [None])[-1]
+        process = _start(config_path, log_path)
+        event = {"start": time.monotonic() - t0, "resumed_from": resumed_from.name if resumed_from else None,
+                 "leftovers": sorted(leftovers)}  # fmt: skip
+        if i == kills:  # the last start runs to the end
+            if process.wait() != 0:
+                raise RuntimeError(f"the final resume failed:\n{log_path.read_text()[-3000:]}")
+            event.update(kind="finish", end=time.monotonic() - t0)
+            events.append(event)
+            break
+        kind = "random" if i % 2 == 0 else "write"
+        if not _wait_for_text(log_path, LOOP_STARTED, offset, process):
+            raise RuntimeError(f"a resumed run ended before its loop:\n{log_path.read_text()[-3000:]}")
+        # from here on, every .tmp- folder is this process's own (it removed the leftovers before its loop)
+        if kind == "random":
+            time.sleep(rng.uniform(0, 12 * step_seconds))
+        else:
+            while process.poll() is None and not _temporary_folders(run / "checkpoints"):
+                time.sleep(0.0002)
+        if process.poll() is not None:  # it finished before the kill: --steps is too small for --kills
+            if process.returncode != 0:
+                raise RuntimeError(f"a resumed run failed:\n{log_path.read_text()[-3000:]}")
+            event.update(kind="finish", end=time.monotonic() - t0)
+            events.append(event)
+            break
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        during = [name for name in _temporary_folders(run / "checkpoints")]
+        event.update(kind=kind, end=time.monotonic() - t0, during=during,
+                     complete=check_checkpoints(run, reference))  # fmt: skip
+        if leftovers and f"ignoring incomplete checkpoint {sorted(leftovers)[0]}" not in log_path.read_bytes()[offset:].decode("utf-8", "replace"):  # offset: bytes
+            raise AssertionError(f"start {i} did not report the half-written {sorted(leftovers)}")
+        events.append(event)
+
+    # 3. the end: identical to the uninterrupted run
+    last = check_checkpoints(run, reference)
+    if not last or last[-1] != steps:
+        raise AssertionError(f"the killed run ended with checkpoints {last}, not at step {steps}")
+    final_identical = _same_weights(run / "final" / "model.safetensors", reference / "final" / "model.safetensors")
+    if not final_identical:
+        raise AssertionError("the averaged final model differs from the uninterrupted run's")
+    killed = [e for e in events if e["kind"] != "finish"]
+    return {
+        "steps": steps, "save_every": save_every, "kills": len(killed),
+        "kills_during_checkpoint_writes": sum(any(n.startswith(".tmp-checkpoint") for n in e["during"]) for e in killed),
+        "kills_during_rotations": sum(any(n.startswith(".tmp-deleting") for n in e["during"]) for e in killed),
+        "resumes": len(events) - 1, "resumes_matching_reference": len(events) - 1,  # every check above passed
+        "final_bit_identical": final_identical, "reference_seconds": reference_seconds,
+        "killed_run_seconds": events[-1]["end"], "events": events,
+    }  # fmt: skip
+
+
+def draw(report: dict, path: Path) -> None:
+    """Newest complete checkpoint over wall-clock time, with the kills marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
+    for e in report["events"]:
+        start = int(e["resumed_from"].split("-")[1]) if e["resumed_from"] else 0
+        end = e["complete"][-1] if e.get("complete") else report["steps"] if e["kind"] == "finish" else start
+        ax.plot([e["start"], e["end"]], [start, end], color="tab:blue", lw=1.5)
+        if e["kind"] != "finish":
+            during = bool(e["during"])
+            ax.plot(e["end"], end, "x" if not during else "o", color="tab:red" if not during else "tab:orange", ms=7)
+    ax.plot([], [], "x", color="tab:red", label="SIGKILL at a random moment")
+    ax.plot([], [], "o", color="tab:orange", label="SIGKILL during a checkpoint write or rotation")
+    ax.plot([], [], color="tab:blue", label="newest complete checkpoint (step) of each process")
+    ax.set_xlabel("wall-clock seconds (each restart includes ~3-5 s of start-up)")
+    ax.set_ylabel("training step")
+    ax.set_title(f"{report['kills']} kills, {report['resumes']} resumes: final weights bit-identical to an "
+                 f"uninterrupted run: {report['final_bit_identical']}", fontsize=9)  # fmt: skip
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--save-every", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results", help="where the report goes")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "outputs" / "kill-resume")
+    args = parser.parse_args(argv)
+    if args.kills < 1 or args.steps < 2 * args.save_every:
+        parser.error("--kills must be >= 1 and --steps at least twice --save-every")
+    if args.workdir.exists():
+        import shutil
+
+        shutil.rmtree(args.workdir)
+    report = kill_and_resume(args.workdir, kills=args.kills, steps=args.steps, save_every=args.save_every, seed=args.seed)
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "kill-resume.json").write_text(json.dumps(report, indent=2) + "\n")
+    draw(report, args.output / "kill-resume.png")
+    summary = {k: v for k, v in report.items() if k != "events"}
+    lines = ["| " + " | ".join(summary) + " |", "|" + "---|" * len(summary),
+             "| " + " | ".join(f"{v:.0f}" if isinstance(v, float) else str(v) for v in summary.values()) + " |"]  # fmt: skip
+    (args.output / "kill-resume.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return report
+
+
+if __name__ == "__main__":
+    main()
