@@ -22,14 +22,11 @@ import ctypes
 import ctypes.util
 import functools
 import gc
-import gzip
-import itertools
 import math
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -44,7 +41,6 @@ pytestmark = pytest.mark.skipif(
     reason="Linux only: resident memory comes from /proc/self/statm and the wall-clock guard from SIGALRM",
 )
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "tatoeba_en_de"
 
 WARMUP_CALLS, CALLS = 50, 500
 RSS_BOUND = 4 * 2**20  # resident-memory growth allowed over the 500 calls: 8 KiB a call (measured: < 0.3 MiB)
@@ -135,21 +131,8 @@ def _new_tokens(row: torch.Tensor) -> int:
     return n
 
 
-def _lines(name: str, n: int) -> list[str]:
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return {"en": _lines("valid.en.gz", 200), "de": _lines("valid.de.gz", 200)}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(corpus):
-    from vanilla_transformer.tokenization import train_joint_bpe
-
-    return train_joint_bpe(corpus["en"] + corpus["de"], vocab_size=400)
+# the real-tokenizer fixtures of test_evaluation.py (200 + 200 bundled validation sentences, BPE of 400)
+from test_evaluation import corpus, tokenizer  # noqa: E402, F401
 
 
 # ------------------------------------------------------------------------------------------------
