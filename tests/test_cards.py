@@ -109,26 +109,20 @@ def test_preset_cards_have_no_scores_and_the_models_parameter_count(preset):
     assert f"| d_model | {config.d_model} |" in card.text and f"| dropout P_drop (residual, embeddings) | {config.dropout} |" in card.text
 
 
-@pytest.mark.parametrize("mixed_precision", ["bf16", "no"])
-def test_multi30k_settings_in_the_cards_are_what_the_benchmark_script_trains_with(monkeypatch, mixed_precision):
-    """cards.MULTI30K_CURRENT must describe benchmarks/multi30k.py as it is: if the script changes, record the
-    new revision in cards.py (and pin the results files the old one wrote) instead of mislabelling them."""
+@pytest.mark.parametrize(("mixed_precision", "processes"), [("bf16", 2), ("no", 1)])
+def test_multi30k_rows_record_the_recipe_the_cards_rebuild_the_training_config_from(monkeypatch, mixed_precision, processes):
+    """A row of benchmarks/multi30k.py's results holds its recipe; the card's TrainConfig, rebuilt from that
+    row, must be the one the script trained with (so a card cannot describe other settings than the run's)."""
     spec = importlib.util.spec_from_file_location("multi30k_benchmark", ROOT / "benchmarks" / "multi30k.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     captured = []
-
-    class Captured(Exception):
-        pass
-
-    def fake_train(config):
-        captured.append(config)
-        raise Captured
-
-    monkeypatch.setattr(script, "train", fake_train)
-    with pytest.raises(Captured):
-        script.run("de-en", 60.0, Path(cards.MULTI30K_DATA), Path("outputs"), mixed_precision)
-    assert captured[0] == cards.multi30k_train_config("de-en", 60.0, cards.MULTI30K_CURRENT, mixed_precision)
+    monkeypatch.setattr(script, "train", lambda config: captured.append(config) or {"step": 1})
+    monkeypatch.setenv("WORLD_SIZE", str(processes))  # as under torchrun
+    row = json.loads(json.dumps(script.run("de-en", 60.0, Path(cards.MULTI30K_DATA), Path("outputs"), mixed_precision)))
+    assert row["recipe"] == script.RECIPE and row["mixed_precision"] == mixed_precision
+    rebuilt = cards.multi30k_train_config(row["direction"], row["minutes"], row["recipe"], row["mixed_precision"], row["processes"])
+    assert captured == [rebuilt] and rebuilt.max_tokens * processes == script.RECIPE["max_tokens_per_step"]
 
 
 def test_main_job_card_is_built_from_its_results_and_settings_and_skipped_without_them(tmp_path):

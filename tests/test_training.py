@@ -214,6 +214,29 @@ def test_missing_corpus_fails_before_training(tmp_path):
 
 
 # ------------------------------------------------------------------ data parallel
+def test_the_wall_clock_budget_is_decided_by_all_processes_together():
+    """With several processes, one whose clock is past the budget stops them all at the same step (a process
+    stopping alone would leave the others waiting for it forever in the next gradient all-reduce)."""
+    import time
+
+    from vanilla_transformer.training import _past_deadline
+
+    class TwoProcesses:  # the other process's flag is `others`; reduce("sum") adds it, as gloo would
+        num_processes, device = 2, torch.device("cpu")
+
+        def __init__(self, others: float):
+            self.others = others
+
+        def reduce(self, tensor, reduction):
+            assert reduction == "sum"
+            return tensor + self.others
+
+    future, past = time.monotonic() + 3600, time.monotonic() - 1
+    assert _past_deadline(future, TwoProcesses(others=1.0))  # only the other process is late: stop here too
+    assert _past_deadline(past, TwoProcesses(others=0.0))
+    assert not _past_deadline(future, TwoProcesses(others=0.0))
+
+
 def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
     common = ["--data", str(corpus), "--vocab-size", "400", "--model-json", json.dumps({**TINY_MODEL, "dropout": 0.0}),
               "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval-every", "1000",

@@ -103,21 +103,21 @@ DATASETS: dict[str, dict[str, str | None]] = {
 }
 
 # ------------------------------------------------------------------ Multi30k benchmark provenance
-# benchmarks/multi30k.py does not record its settings or code revision in its results file, so the
-# settings each revision of the script used are written out here. `MULTI30K_CURRENT` must equal what
-# the script in the working tree builds (tests/test_cards.py checks it): when the script changes, add a
-# revision here and pin the results files it did NOT write in MULTI30K_PINNED.
+# Each row of a results file that benchmarks/multi30k.py writes records its recipe (the settings below), the
+# command and the process layout. Rows written before it did are read with the recipe of the script's revision
+# that wrote them, spelled out here; files written by one old revision only are pinned to it.
 MULTI30K_MODEL = {
     "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
     "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024,
 }  # fmt: skip
+_OLD_RECIPE = {"max_tokens_per_step": 2500, "warmup_steps": 300, "lr_factor": 0.8}
 MULTI30K_REVISIONS: dict[str, dict[str, Any]] = {
     # dc96f83: the first version (fp32; dropout 0.1); it wrote benchmarks/results/multi30k-10min.json
-    "dc96f83": {"dropout": 0.1, "eval_every": 500, "save_every": 100, "mixed_precision": "no"},
+    "dc96f83": {**_OLD_RECIPE, "dropout": 0.1, "eval_every": 500, "save_every": 100, "mixed_precision": "no"},
     # 7f25c8f: bf16 by default (--mixed-precision no for fp32), dropout 0.3; records mixed_precision per row
-    "7f25c8f": {"dropout": 0.3, "eval_every": 1000, "save_every": 250, "mixed_precision": None},
+    "7f25c8f": {**_OLD_RECIPE, "dropout": 0.3, "eval_every": 1000, "save_every": 250, "mixed_precision": None},
 }
-MULTI30K_CURRENT = "7f25c8f"
+MULTI30K_UNRECORDED = "7f25c8f"  # the revision of rows that record no recipe, unless their file is pinned
 MULTI30K_PINNED: dict[str, dict[str, str]] = {
     "multi30k-10min.json": {
         "revision": "dc96f83",
@@ -508,19 +508,21 @@ Code: Apache-2.0. A model trained with the recipe is also subject to the terms o
 
 
 # ------------------------------------------------------------------ cards from committed results files
-def multi30k_train_config(direction: str, minutes: float, revision: str = MULTI30K_CURRENT, mixed_precision: str | None = None):
-    """The TrainConfig that ``benchmarks/multi30k.py`` (at ``revision``) trains ``direction`` with."""
+def multi30k_train_config(direction: str, minutes: float, recipe: dict, mixed_precision: str, processes: int = 1,
+                          data: str = MULTI30K_DATA, output_dir: str | None = None):  # fmt: skip
+    """The TrainConfig that ``benchmarks/multi30k.py`` trains ``direction`` with, given its recipe, in each
+    of its ``processes`` (which share the recipe's tokens per step)."""
     from .training import TrainConfig
 
-    settings = MULTI30K_REVISIONS[revision]
     src, tgt = direction.split("-")
     return TrainConfig(
-        data=MULTI30K_DATA, src_lang=src, tgt_lang=tgt, valid_split="validation", test_split="test_2016_flickr",
-        vocab_size=8000, model={**MULTI30K_MODEL, "dropout": settings["dropout"]}, max_tokens=2500,
-        warmup_steps=300, lr_factor=0.8, max_steps=10**6, max_minutes=minutes, eval_every=settings["eval_every"],
-        eval_bleu_sentences=100, save_every=settings["save_every"], keep_checkpoints=5, average_last=5,
-        mixed_precision=settings["mixed_precision"] or mixed_precision or "bf16",
-        output_dir=f"outputs/multi30k-{direction}-{minutes:g}min",
+        data=data, src_lang=src, tgt_lang=tgt, valid_split="validation", test_split="test_2016_flickr",
+        vocab_size=8000, model={**MULTI30K_MODEL, "dropout": recipe["dropout"]},
+        max_tokens=recipe["max_tokens_per_step"] // processes,
+        warmup_steps=recipe["warmup_steps"], lr_factor=recipe["lr_factor"], max_steps=10**6, max_minutes=minutes,
+        eval_every=recipe["eval_every"], eval_bleu_sentences=100, save_every=recipe["save_every"], keep_checkpoints=5,
+        average_last=5, mixed_precision=mixed_precision,
+        output_dir=output_dir or f"outputs/multi30k-{direction}-{minutes:g}min",
     )  # fmt: skip
 
 
@@ -540,19 +542,28 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
     relative = results_path.resolve().relative_to(root.resolve()).as_posix()
     cards = {}
     for row in report["results"]:
-        revision = pinned.get("revision", MULTI30K_CURRENT)
-        config = multi30k_train_config(row["direction"], row["minutes"], revision, row.get("mixed_precision"))
-        command = pinned.get("command") or f"python benchmarks/multi30k.py --minutes {row['minutes']:g}" + (
-            f" --mixed-precision {config.mixed_precision}" if config.mixed_precision != "bf16" else ""
-        )
-        if pinned:
-            source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."
-        elif row.get("date"):  # rows written since the script records them
-            source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}); "
-                      f"settings of `benchmarks/multi30k.py` at {revision}.")  # fmt: skip
+        if "recipe" in row:  # rows written since the script records its recipe, command and processes
+            config = multi30k_train_config(row["direction"], row["minutes"], row["recipe"], row["mixed_precision"], row["processes"])
+            command = row["command"]
+            source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
+                      f"{row['processes']} process(es) x {row['threads_per_process']} thread(s))."  # fmt: skip
+            )
         else:
-            source = (f"- Results file: `{relative}` (it records no date or code revision); settings of "
-                      f"`benchmarks/multi30k.py` at {revision}.")  # fmt: skip
+            revision = pinned.get("revision", MULTI30K_UNRECORDED)
+            recipe = MULTI30K_REVISIONS[revision]
+            config = multi30k_train_config(row["direction"], row["minutes"], recipe,
+                                           recipe["mixed_precision"] or row.get("mixed_precision") or "bf16")  # fmt: skip
+            command = pinned.get("command") or f"python benchmarks/multi30k.py --minutes {row['minutes']:g}" + (
+                f" --mixed-precision {config.mixed_precision}" if config.mixed_precision != "bf16" else ""
+            )
+            if pinned:
+                source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."
+            elif row.get("date"):
+                source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}); "
+                          f"settings of `benchmarks/multi30k.py` at {revision}.")  # fmt: skip
+            else:
+                source = (f"- Results file: `{relative}` (it records no date or code revision); settings of "
+                          f"`benchmarks/multi30k.py` at {revision}.")  # fmt: skip
         name = f"vanilla-transformer-multi30k-{row['direction']}-{row['minutes']:g}min"
         cards[f"{name}.md"] = build_model_card(
             config, None, row, name=name, command=command,

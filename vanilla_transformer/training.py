@@ -556,7 +556,7 @@ def train(config: TrainConfig) -> dict:
 
         if state["step"] >= config.max_steps:
             stop_reason = "max_steps"
-        elif deadline is not None and time.monotonic() > deadline:
+        elif deadline is not None and _past_deadline(deadline, accelerator):
             stop_reason = "max_minutes"
         record = None
         if state["step"] % config.log_every == 0 or stop_reason:
@@ -645,6 +645,15 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: 
 def _has_accelerator() -> bool:
     backend = getattr(torch, "accelerator", None)  # torch >= 2.6
     return backend.is_available() if backend is not None else torch.cuda.is_available()
+
+
+def _past_deadline(deadline: float, accelerator) -> bool:
+    """Whether the wall-clock budget is spent, decided together: processes whose clocks disagree by a step
+    would otherwise stop at different steps, and the one still training would wait forever for the others."""
+    late = time.monotonic() > deadline
+    if accelerator.num_processes == 1:
+        return late
+    return accelerator.reduce(torch.tensor(float(late), device=accelerator.device), "sum").item() > 0
 
 
 def _check_resume_compatible(checkpoint: Path, model) -> None:
