@@ -12,7 +12,7 @@
   10x as long (1,280 tokens) to a model whose ``max_position_embeddings`` is 128 is translated, within
   the paper's bound (source length + 50 tokens, §6.1), under a wall-clock guard, when the positions are
   sinusoidal (computed past the table); with learned positions it is refused with a ``ValueError``
-  naming ``max_position_embeddings``.
+  naming ``max_position_embeddings``, and a shorter source's output limit is capped at the table's size.
 
 Linux only: resident memory is read from ``/proc`` and the wall-clock guard is a ``SIGALRM`` timer.
 """
@@ -119,15 +119,14 @@ class NeverStop(LogitsProcessor):
 def _new_tokens(row: torch.Tensor) -> int:
     """Tokens generated for one output row (after the start token), up to and including the first ``</s>``.
 
-    What follows is filler: ``<pad>``, or ``</s>`` after beam search (transformers 5 fills finished beams
-    with ``pad_token_id or eos_token_id``, and our pad id is 0).
+    What follows is ``<pad>``, after beam search too (see test_modeling's test of the filler).
     """
     new = row[1:]
     ends = (new == EOS).nonzero()
     assert len(ends) > 0, "no </s>: the output was cut, not ended"
     n = int(ends[0]) + 1
     assert not torch.isin(new[: n - 1], torch.tensor([PAD, EOS])).any()
-    assert torch.isin(new[n:], torch.tensor([PAD, EOS])).all(), "tokens after </s>"
+    assert (new[n:] == PAD).all(), "tokens other than <pad> after </s>"
     return n
 
 
@@ -228,21 +227,24 @@ def test_long_source_with_sinusoidal_positions_stops_at_source_length_plus_50():
     assert torch.isfinite(model(input_ids=source, decoder_input_ids=out[:, :-1]).logits).all()
 
 
-def test_long_source_with_learned_positions_is_refused():
-    """Learned positions stop at ``max_position_embeddings``: a 1,280-token source raises at once, and a
-    source that fits (100 tokens) but whose output may reach 150 tokens (the default limit) raises when the
-    decoder needs its 129th position; 128 new tokens, the most the table allows, still work."""
+def test_long_source_with_learned_positions_is_refused_and_the_output_limit_capped(caplog):
+    """Learned positions stop at ``max_position_embeddings``: a 1,280-token source raises at once. A source
+    that fits (100 tokens) but whose default limit (source + 50 = 150 tokens) needs more decoder positions
+    than the table's 128 is capped at 128 new tokens, ending with ``</s>``, with a warning naming the limit
+    (not a failure in the middle of a batch); an explicit ``max_new_tokens`` past the table still raises."""
     model = tiny_model(max_position_embeddings=TRAIN_MAX_LENGTH, position_embedding_type="learned")
     processors = LogitsProcessorList([NeverStop()])
     source = random_ids(1, 100)
     with _deadline(GUARD_S, "generate with learned positions"):
         with pytest.raises(ValueError, match=rf"{LONG} positions .*max_position_embeddings={TRAIN_MAX_LENGTH}"):
             model.generate(random_ids(1, LONG))
+        with caplog.at_level("WARNING"):
+            capped = model.generate(source, num_beams=1, logits_processor=processors)
         past = TRAIN_MAX_LENGTH + 1
         with pytest.raises(ValueError, match=rf"{past} positions .*max_position_embeddings={TRAIN_MAX_LENGTH}"):
-            model.generate(source, num_beams=1, logits_processor=processors)
-        out = model.generate(source, num_beams=1, max_new_tokens=TRAIN_MAX_LENGTH, logits_processor=processors)
-    assert out.shape == (1, 1 + TRAIN_MAX_LENGTH)
+            model.generate(source, num_beams=1, max_new_tokens=past, logits_processor=processors)
+    assert capped.shape == (1, 1 + TRAIN_MAX_LENGTH) and capped[0, -1].item() == EOS
+    assert f"max_position_embeddings={TRAIN_MAX_LENGTH}" in caplog.text
 
 
 def _long_text(tokenizer, sentence: str) -> tuple[str, int]:

@@ -121,6 +121,26 @@ def test_a_sentence_alone_and_in_a_padded_batch_give_the_same_logits_and_beams(a
     assert (beams_batched[0, beams_alone.shape[1] :] == PAD).all()
 
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_finished_sentences_are_padded_with_pad_not_eos(num_beams):
+    """Sentence i ends at step i + 2; what follows its </s> is <pad> in greedy and in beam search (plain
+    transformers 5 fills finished beams with </s> when the pad id is 0, which inflates non-pad lengths)."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class EndAt(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            sentence = torch.arange(input_ids.shape[0]) // num_beams
+            scores = scores.clone()
+            scores[sentence + 2 == input_ids.shape[1], EOS] = 100.0
+            return scores
+
+    out = tiny_model().generate(random_ids(3, 9, seed=2), num_beams=num_beams, max_new_tokens=8,
+                                logits_processor=LogitsProcessorList([EndAt()]))  # fmt: skip
+    assert out.shape == (3, 5)
+    for i, row in enumerate(out.tolist()):
+        assert row[i + 2] == EOS and EOS not in row[1 : i + 2] and row[i + 3 :] == [PAD] * (2 - i), row
+
+
 # ------------------------------------------------------------------ KV cache
 @pytest.mark.parametrize("config", [{}, {"norm_first": True}, {"position_embedding_type": "learned"}])
 def test_cache_gives_the_same_logits_as_full_recomputation(config):

@@ -45,7 +45,7 @@ def test_special_token_ids(tok):
     for name, token in SPECIAL_TOKENS.items():
         assert tok.convert_tokens_to_ids(token) == SPECIAL_TOKEN_IDS[name]
     assert len(tok) == 2000
-    assert tok.model_max_length == 1024
+    assert tok.model_max_length == int(1e30)  # transformers' "no limit": sinusoidal positions have none
 
 
 @pytest.mark.parametrize("sentence", SENTENCES)
@@ -98,7 +98,7 @@ def test_save_and_autotokenizer_reload(tok, tmp_path):
     assert [loaded.decode(i, skip_special_tokens=True) for i in enc_b["input_ids"]] == SENTENCES
     assert (loaded.pad_token_id, loaded.bos_token_id, loaded.eos_token_id, loaded.unk_token_id) == (0, 1, 2, 3)
     assert len(loaded) == len(tok)
-    assert loaded.model_max_length == 1024
+    assert loaded.model_max_length == tok.model_max_length
 
 
 def test_vocab_size_too_small_for_bytes():
@@ -139,3 +139,30 @@ def test_check_with_model_config(tok):
     check_tokenizer_matches_model(tok, VanillaTransformerConfig(vocab_size=len(tok)))
     with pytest.raises(ValueError, match="vocab_size"):
         check_tokenizer_matches_model(tok, VanillaTransformerConfig(vocab_size=len(tok) - 1))
+
+
+def test_model_max_length_is_what_the_model_can_read(tok, tmp_path):
+    """No limit (and no false "indexing errors" warning) for the paper's sinusoids, which compute any position;
+    max_position_embeddings for learned positions, and it survives save/reload."""
+    import copy
+
+    from transformers.testing_utils import CaptureLogger
+    from transformers.tokenization_utils_base import logger
+
+    from vanilla_transformer import VanillaTransformerConfig
+    from vanilla_transformer.tokenization import match_model_max_length
+
+    long_text = " ".join(SENTENCES * 60)
+    with CaptureLogger(logger) as captured:
+        n = len(tok(long_text)["input_ids"])
+    assert n > 1024 and "longer than the specified maximum" not in captured.out
+    learned = copy.deepcopy(tok)
+    config = VanillaTransformerConfig(vocab_size=len(tok), position_embedding_type="learned", max_position_embeddings=512)
+    match_model_max_length(learned, config)
+    learned.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 512
+    with CaptureLogger(logger) as captured:
+        learned(long_text)
+    assert f"({n} > 512)" in captured.out  # transformers' warning, now true
+    match_model_max_length(learned, VanillaTransformerConfig(vocab_size=len(tok)))
+    assert learned.model_max_length == tok.model_max_length > 10**20

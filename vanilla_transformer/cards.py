@@ -307,6 +307,8 @@ def build_model_card(
     else:
         scores, n_sentences = "| (no test split was scored) | |", "no sentences of"
     budget = f"{config.max_steps:,} steps" + (f" or {config.max_minutes:g} minutes, whichever comes first" if config.max_minutes else "")
+    n = summary.get("processes", 1)  # results written before it was recorded: one process
+    processes = "1 process" if n == 1 else f"{n} data-parallel processes"
     clipping = f"gradient clipping at norm {config.max_grad_norm}" if config.max_grad_norm else "no gradient clipping"
     caveat = f"\n- {dataset['caveat']}" if dataset.get("caveat") and config.src_lang == "de" else ""
     body = f"""
@@ -343,7 +345,7 @@ The paper's architecture, {origin}:
 - Data: `{config.data}`, splits `{config.train_split}` / `{config.valid_split}` / `{config.test_split}`, pairs longer
   than {config.max_length} tokens on either side dropped (never truncated).
 - Batches of sentence pairs of similar length, at most {config.max_tokens} padded tokens per side
-  × {config.gradient_accumulation} accumulation (§5.1), seed {config.seed}.
+  × {config.gradient_accumulation} accumulation × {processes} (§5.1), seed {config.seed}.
 - Adam(β1 {config.adam_beta1}, β2 {config.adam_beta2}, ε {config.adam_epsilon}), the paper's learning rate with
   {config.warmup_steps} warm-up steps, × lr_factor {config.lr_factor} (§5.3); label smoothing {config.label_smoothing} (§5.4);
   {clipping}; mixed precision `{config.mixed_precision}`.

@@ -45,6 +45,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -923,11 +924,28 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             config.max_length is not None or config.max_new_tokens is not None
         )
         if offset is not None and not length_given:
-            source_lengths = self._source_lengths(inputs, kwargs)
-            kwargs["max_new_tokens"] = int(source_lengths.max()) + offset
-            limit = VanillaTransformerSourceLengthLimit(source_lengths + offset, self.config.eos_token_id)
+            limits = self._source_lengths(inputs, kwargs) + offset
+            positions = self.config.max_position_embeddings
+            if self.config.position_embedding_type == "learned" and int(limits.max()) > positions:
+                # learned positions stop at the table's end: without this the decoder would fail mid-batch
+                logging.get_logger(__name__).warning(
+                    f"Output length limited to max_position_embeddings={positions} (learned positions) for the "
+                    f"sentences whose source length + {offset} is longer; pass max_new_tokens to choose a limit."
+                )
+                limits = limits.clamp(max=positions)
+            kwargs["max_new_tokens"] = int(limits.max())
+            limit = VanillaTransformerSourceLengthLimit(limits, self.config.eos_token_id)
             logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
-        return super().generate(inputs, generation_config, logits_processor, **kwargs)
+        output = super().generate(inputs, generation_config, logits_processor, **kwargs)
+        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+        if sequences is not None and self.config.eos_token_id is not None and self.config.pad_token_id is not None:
+            # Beam search fills finished rows with `pad_token_id or eos_token_id` (transformers 5.24,
+            # generation/utils.py), i.e. with </s> when the pad id is 0, as ours is: pad them as greedy does,
+            # so that counting non-pad tokens counts the output.
+            new = sequences[:, 1:]  # a view: column 0 is the decoder start token, which may be </s> too
+            ended = (new == self.config.eos_token_id).long()
+            new.masked_fill_(ended.cumsum(-1) - ended > 0, self.config.pad_token_id)
+        return output
 
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
         """Number of real (non-padding) source tokens per sentence."""

@@ -34,9 +34,11 @@ __all__ = [
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 SPECIAL_TOKEN_IDS = {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
 
-#: Long enough for any sentence pair we train on; set so transformers does not warn about a
-#: "very large" default model_max_length. Sequences are never truncated by the tokenizer.
-DEFAULT_MODEL_MAX_LENGTH = 1024
+#: transformers' "no limit" (``VERY_LARGE_INTEGER``): the paper's sinusoidal positions have no length limit,
+#: so a tokenizer alone claims none (with 1,024 it warned that longer inputs "will result in indexing
+#: errors", which is false). ``match_model_max_length`` sets the limit of a model with learned positions.
+#: Sequences are never truncated by the tokenizer either way.
+DEFAULT_MODEL_MAX_LENGTH = int(1e30)
 
 
 def train_joint_bpe(
@@ -120,6 +122,13 @@ def save_tokenizer(tok: PreTrainedTokenizerFast, folder: str | os.PathLike) -> t
     Reload with ``transformers.AutoTokenizer.from_pretrained(folder)``; no remote code is needed.
     """
     return tok.save_pretrained(folder)
+
+
+def match_model_max_length(tokenizer: Any, config: Any) -> None:
+    """Set ``tokenizer.model_max_length`` to what the model can read: ``max_position_embeddings`` with learned
+    positions, no limit with the paper's sinusoids. Called before a tokenizer is saved beside a model."""
+    learned = getattr(config, "position_embedding_type", "sinusoidal") == "learned"
+    tokenizer.model_max_length = config.max_position_embeddings if learned else DEFAULT_MODEL_MAX_LENGTH
 
 
 def config_ids_from_tokenizer(tokenizer: Any) -> dict[str, int]:

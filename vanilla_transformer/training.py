@@ -679,8 +679,10 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
     from .cards import write_model_card
     from .checkpoints import average_into_model
     from .evaluation import evaluate_model
+    from .tokenization import match_model_max_length
 
     summary: dict[str, Any] = {key: state[key] for key in ("step", "epoch", "step_in_epoch", "target_tokens", "loop_seconds")}
+    summary["processes"] = accelerator.num_processes
     if not accelerator.is_main_process:
         accelerator.wait_for_everyone()
         return summary
@@ -694,6 +696,7 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
 
     def write_final(folder: Path) -> None:
         unwrapped.save_pretrained(folder)
+        match_model_max_length(tokenizer, unwrapped.config)
         tokenizer.save_pretrained(folder)
 
     _save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
