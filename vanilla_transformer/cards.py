@@ -548,7 +548,7 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
             config = multi30k_train_config(row["direction"], row["minutes"], row["recipe"], row["mixed_precision"], row["processes"])
             command = row["command"]
             source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
-                      f"{row['processes']} process(es) x {row['threads_per_process']} thread(s))."  # fmt: skip
+                      f"{row['processes']} × {row['threads_per_process']} (processes × threads each))."  # fmt: skip
             )
         else:
             revision = pinned.get("revision", MULTI30K_UNRECORDED)
@@ -561,8 +561,8 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
             if pinned:
                 source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."
             elif row.get("date"):
-                source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}); "
-                          f"settings of `benchmarks/multi30k.py` at {revision}.")  # fmt: skip
+                source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
+                          f"1 process); settings of `benchmarks/multi30k.py` at {revision}.")  # fmt: skip
             else:
                 source = (f"- Results file: `{relative}` (it records no date or code revision); settings of "
                           f"`benchmarks/multi30k.py` at {revision}.")  # fmt: skip
