@@ -7,6 +7,8 @@ Each direction trains with `vanilla_transformer.training.train` (the paper's rec
 batches, Adam 0.9/0.98/1e-9 with warm-up + inverse square root, label smoothing 0.1, average of the last
 5 checkpoints) for the given minutes, then scores test_2016_flickr with beam 4, alpha 0.6, max = source + 50
 (sacreBLEU, detokenised, with its signature). Writes benchmarks/results/multi30k-<minutes>min.{json,md}.
+By default it starts itself again as 2 data-parallel processes of 1 thread each (torchrun, gloo), which share
+the recipe's tokens per step; `--processes 1` trains in this process with every thread.
 """
 
 import argparse
@@ -25,8 +27,9 @@ from vanilla_transformer.cards import multi30k_train_config
 from vanilla_transformer.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
-# The model is cards.MULTI30K_MODEL (the sizes of the MarianMTModel baseline: d 256, 3+3 layers, 4 heads, d_ff 1024, joint 8k
-# BPE) with this dropout; every row of the results file records this recipe (vanilla_transformer.cards reads it).
+# The model is cards.MULTI30K_MODEL (the sizes of the MarianMTModel baseline: d 256, 3+3 layers, 4 heads,
+# d_ff 1024, joint 8k BPE) with this dropout. Every row of the results file records this recipe, and
+# vanilla_transformer.cards rebuilds the run's TrainConfig from it for the model card.
 RECIPE = {
     "dropout": 0.3,  # the paper's P_drop for its big EN-DE model: an hour is ~50 epochs of this small corpus
     "max_tokens_per_step": 2500,  # padded tokens per side in one optimizer step, shared by the processes
@@ -83,6 +86,7 @@ def main() -> None:
     parser.add_argument("--output-root", type=Path, default=ROOT / "outputs")
     parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16"], help="bf16 autocast (default) or fp32")
     parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (torchrun, gloo); default 2")
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     if args.processes < 1:
         parser.error(f"--processes {args.processes}: give 1 or more")
@@ -90,7 +94,7 @@ def main() -> None:
         sys.exit(_relaunch_under_torchrun(args.processes))
     main_process = int(os.environ.get("RANK", "0")) == 0
     revision, command = _git_revision(), shlex.join(["python", "benchmarks/multi30k.py", *sys.argv[1:]])
-    out = ROOT / "benchmarks" / "results"
+    out = args.results_dir
     out.mkdir(parents=True, exist_ok=True)
     stem = f"multi30k-{args.minutes:g}min"  # e.g. multi30k-0.5min: not Path.with_suffix, which would cut at ".5"
     environment = {"torch": torch.__version__, "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}

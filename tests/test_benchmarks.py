@@ -1,5 +1,6 @@
 """The benchmark scripts run (tiny sizes, one repeat) so that they cannot rot."""
 
+import dataclasses
 import json
 import math
 import sys
@@ -58,3 +59,36 @@ def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, t
     assert report["fp32"]["train"] != report["bf16"]["train"]  # the precision did change something
     assert 0 <= report["max_relative_gap_train"] < 0.05
     assert (tmp_path / "out" / "bf16-vs-fp32.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(corpus, tmp_path):
+    """benchmarks/multi30k.py end to end on a Multi30k-shaped folder cut from the bundled corpus: it starts itself
+    again as 2 torchrun processes, both stop at the same step of a 3-second budget (no hang), and the row it
+    writes rebuilds the TrainConfig each process trained with, for the model card."""
+    import os
+    import subprocess
+
+    from vanilla_transformer import cards
+
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    for split, name, n in (("train", "train", 300), ("valid", "val", 12), ("test", "test_2016_flickr", 6)):
+        for lang in ("en", "de"):
+            lines = (corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
+            (data / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, str(ROOT / "benchmarks" / "multi30k.py"), "--minutes", "0.05", "--directions", "de-en",
+               "--data", str(data), "--output-root", str(tmp_path / "out"), "--results-dir", str(tmp_path / "results")]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "results" / "multi30k-0.05min.json").read_text())
+    (row,) = report["results"]
+    assert (row["processes"], row["threads_per_process"]) == (2, max(1, (os.cpu_count() or 2) // 2))
+    assert row["step"] >= 1 and 0 <= row["test"]["bleu"] <= 100 and row["test"]["n"] == 6
+    assert row["command"].startswith("python benchmarks/multi30k.py --minutes 0.05")
+    saved = json.loads((tmp_path / "out" / "multi30k-de-en-0.05min" / "train_config.json").read_text())
+    rebuilt = cards.multi30k_train_config("de-en", 0.05, row["recipe"], row["mixed_precision"], row["processes"],
+                                          str(data), str(tmp_path / "out" / "multi30k-de-en-0.05min"))  # fmt: skip
+    assert saved == dataclasses.asdict(rebuilt) and rebuilt.max_tokens == row["recipe"]["max_tokens_per_step"] // 2
+    card = cards.multi30k_cards(tmp_path / "results" / "multi30k-0.05min.json", root=tmp_path)["vanilla-transformer-multi30k-de-en-0.05min.md"]
+    assert "× 2 data-parallel processes" in str(card) and f"| {row['test']['bleu']:.2f} |" in str(card)
