@@ -244,13 +244,35 @@ def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
     scale = max(g.abs().max().item() for g in grads0.values())  # some gradients are exactly zero in theory (k_proj.bias)
     for name in grads0:
         assert (grads0[name] - grads1[name]).abs().max().item() <= tolerance * scale, name
-    # small blocks and no gradient tracking give the same sums
+    # no gradient tracking gives the same sums
     hidden, weight = torch.randn(10, 32), torch.randn(61, 32)
     targets = torch.randint(0, 61, (10,))
     full = linear_cross_entropy_sums(hidden, weight, targets, 0.1)
     with torch.no_grad():
-        blocks = linear_cross_entropy_sums(hidden, weight, targets, 0.1, block_rows=3)
-    assert torch.allclose(torch.stack(full), torch.stack(blocks), rtol=1e-6)
+        untracked = linear_cross_entropy_sums(hidden, weight, targets, 0.1)
+    assert torch.allclose(torch.stack(full), torch.stack(untracked), rtol=1e-6)
+
+
+@pytest.mark.parametrize("block_columns", [7, 32, 61, 256])
+def test_linear_cross_entropy_in_vocabulary_blocks_equals_cross_entropy(block_columns):
+    """Any block size (uneven last block, one block, a block wider than the vocabulary) gives
+    F.cross_entropy's sums and gradients, ignored labels included, gold ids in every block."""
+    from vanilla_transformer.modeling_vanilla_transformer import linear_cross_entropy_sums
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(12, 16, requires_grad=True), torch.randn(61, 16, requires_grad=True)
+    targets = torch.tensor([0, 6, 7, 13, 31, 32, 60, -100, 45, 59, -100, 1])
+    smoothed, nll = linear_cross_entropy_sums(hidden * 3, weight, targets, 0.1, block_columns=block_columns)
+    smoothed.backward()
+    mine = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    logits = (hidden * 3) @ weight.T
+    expected = F.cross_entropy(logits, targets, label_smoothing=0.1, reduction="sum")
+    expected.backward()
+    assert smoothed.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(F.cross_entropy(logits, targets, reduction="sum").item(), rel=1e-5)
+    assert torch.allclose(mine[0], hidden.grad, atol=1e-5) and torch.allclose(mine[1], weight.grad, atol=1e-5)
+    assert mine[0][targets == -100].abs().max() == 0
 
 
 def test_skip_logits_needs_labels(model):
