@@ -166,6 +166,27 @@ def test_generation_with_and_without_cache_is_token_identical(num_beams):
     assert torch.equal(with_cache, without)
 
 
+def test_beam_search_leaving_cross_attention_caches_unreordered_changes_nothing(monkeypatch):
+    """Our _reorder_cache moves only the self-attention keys/values; transformers' default moves the
+    cross-attention ones too. Same tokens and scores on a padded batch of different sentences."""
+    from transformers import EncoderDecoderCache
+
+    model = tiny_model()
+    src = random_ids(3, 7)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    kwargs = dict(attention_mask=mask, num_beams=4, max_new_tokens=10, output_scores=True, return_dict_in_generate=True)
+    moved = []
+    original = EncoderDecoderCache.reorder_cache
+    monkeypatch.setattr(EncoderDecoderCache, "reorder_cache", lambda self, idx: moved.append(1) or original(self, idx))
+    ours = model.generate(src, **kwargs)
+    assert not moved  # ours ran, not the default
+    monkeypatch.delattr(VanillaTransformerForConditionalGeneration, "_reorder_cache")
+    default = model.generate(src, **kwargs)
+    assert moved  # the default reordered both caches
+    assert torch.equal(ours.sequences, default.sequences)
+    assert torch.allclose(ours.sequences_scores, default.sequences_scores)
+
+
 def test_cross_attention_keys_are_computed_once_and_reused(model):
     calls = []
     layer = model.model.decoder.layers[0].encoder_attn

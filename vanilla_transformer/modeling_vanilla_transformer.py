@@ -985,6 +985,18 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             new.masked_fill_(ended.cumsum(-1) - ended > 0, self.config.pad_token_id)
         return output
 
+    @staticmethod
+    def _reorder_cache(cache: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's cache reordering (transformers' beam search calls it when the model has it):
+        only the decoder self-attention keys and values move. The cross-attention ones project the
+        encoder output, the same for every beam of a sentence, and beam search picks each sentence's
+        beams among its own, so reordering them would copy them unchanged at every step."""
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            cache.reorder_cache(beam_idx)
+        return cache
+
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
         """Number of real (non-padding) source tokens per sentence."""
         input_ids = inputs if inputs is not None else kwargs.get("input_ids")
