@@ -6,8 +6,9 @@
 
 MarianMTModel is the nearest built-in model (post-LN, sinusoidal positions, tied embeddings); it is
 configured here like the paper (ReLU, embeddings × √d_model, no attention dropout). Both models get
-the same batches in the same process, one after the other; every figure is the median of several
-repeats after warm-up. Sections:
+the same batches in the same process; every figure is the median of several repeats after warm-up,
+the models' repeats taken in turn (ours, Marian, ours, Marian, ...) so that a drift in the machine's
+speed reaches both sides of a ratio alike. Sections:
 
 * ``train``: one optimizer step (forward, backward, Adam) on a batch of 64 pairs × 24/26 tokens, fp32
   and bf16 autocast (through Accelerate's ``mixed_precision``), label smoothing 0.1 on both sides
@@ -112,14 +113,23 @@ def matmul_peak(dtype: torch.dtype, n: int = 4096, repeats: int = 5) -> float:
 # Measurements
 # --------------------------------------------------------------------------------------------
 def _median_seconds(fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
+    return _interleaved_medians({"only": fn}, warmup, repeats)["only"]
+
+
+def _interleaved_medians(fns: dict, warmup: int, repeats: int) -> dict:
+    """Median seconds of each function, the repeats taken in turn (a, b, c, a, b, c, ...): a shared
+    machine's speed drifts by tens of percent over minutes, and measuring one model after the other
+    put that drift into the ratios (measured: the same base fp32 ratio read 1.42 and 1.05 in two runs)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _rss_bytes() -> int:
@@ -137,11 +147,10 @@ def _accelerator(precision: str):
     return Accelerator(cpu=True, mixed_precision=precision)
 
 
-def train_step_seconds(kind: str, size: dict, data: dict, precision: str, warmup: int, repeats: int, attention: str | None = None) -> float:
-    """Median seconds of one optimizer step (forward, backward, Adam) through Accelerate."""
+def train_step(kind: str, size: dict, data: dict, accelerator, attention: str | None = None):
+    """A function running one optimizer step (forward, backward, Adam) through ``accelerator``."""
     from transformers.trainer_pt_utils import LabelSmoother
 
-    accelerator = _accelerator(precision)
     model = build(kind, size)
     if attention:
         model.set_attn_implementation(attention)
@@ -162,7 +171,12 @@ def train_step_seconds(kind: str, size: dict, data: dict, precision: str, warmup
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return _median_seconds(step, warmup, repeats)
+    return step
+
+
+def train_step_seconds(kind: str, size: dict, data: dict, precision: str, warmup: int, repeats: int, attention: str | None = None) -> float:
+    """Median seconds of one optimizer step of one model."""
+    return _median_seconds(train_step(kind, size, data, _accelerator(precision), attention), warmup, repeats)
 
 
 def train_peak_memory(kind: str, size_name: str, precision: str, attention: str | None) -> int:
@@ -217,8 +231,13 @@ def section_train(args, sizes: list[str]) -> list[dict]:
             # ours: the training command's attention choice (eager for bf16 on CPU, else sdpa);
             # Marian: the faster of its two implementations, measured
             ours_attention = "eager" if precision == "bf16" else "sdpa"
-            ours = train_step_seconds("ours", size, data, precision, args.warmup, args.repeats, ours_attention)
-            marian_by_attention = {a: train_step_seconds("marian", size, data, precision, args.warmup, args.repeats, a) for a in ("sdpa", "eager")}
+            accelerator = _accelerator(precision)
+            steps = {"ours": train_step("ours", size, data, accelerator, ours_attention)}
+            steps.update({a: train_step("marian", size, data, accelerator, a) for a in ("sdpa", "eager")})
+            seconds = _interleaved_medians(steps, args.warmup, args.repeats)
+            del steps
+            ours = seconds.pop("ours")
+            marian_by_attention = seconds
             marian_attention = min(marian_by_attention, key=marian_by_attention.get)
             marian = marian_by_attention[marian_attention]
             tokens = TRAIN_BATCH[0] * TRAIN_BATCH[2]
@@ -258,7 +277,8 @@ def section_generate(args, sizes: list[str]) -> list[dict]:
         models = {kind: build(kind, size).eval() for kind in ("ours", "marian")}
         for precision in ("no", "bf16"):
             for beams, n in ((1, 1), (1, 32), (4, 1), (4, 32)):
-                seconds = {k: _median_seconds(generation_run(m, size, n, new_tokens, beams, precision), args.warmup, args.repeats) for k, m in models.items()}
+                runs = {k: generation_run(m, size, n, new_tokens, beams, precision) for k, m in models.items()}
+                seconds = _interleaved_medians(runs, args.warmup, args.repeats)
                 row = {
                     "size": size_name, "precision": "fp32" if precision == "no" else precision, "beams": beams, "batch": n,
                     "new_tokens": new_tokens, "ours_tokens_per_s": n * new_tokens / seconds["ours"],
@@ -277,11 +297,12 @@ def section_length(args, sizes: list[str]) -> list[dict]:
         size = SIZES[size_name]
         for length in lengths:
             data = batch(size, 8, length, length)
-            train = {k: train_step_seconds(k, size, data, "bf16", 1, args.repeats, "eager" if k == "ours" else None) for k in ("ours", "marian")}
-            gen = {}
-            for kind in ("ours", "marian"):
-                model = build(kind, size).eval()
-                gen[kind] = _median_seconds(generation_run(model, size, 8, 8, 1, "bf16", src_len=length), 1, args.repeats) / 8
+            accelerator = _accelerator("bf16")
+            steps = {k: train_step(k, size, data, accelerator, "eager" if k == "ours" else None) for k in ("ours", "marian")}
+            train = _interleaved_medians(steps, 1, args.repeats)
+            del steps
+            runs = {k: generation_run(build(k, size).eval(), size, 8, 8, 1, "bf16", src_len=length) for k in ("ours", "marian")}
+            gen = {k: s / 8 for k, s in _interleaved_medians(runs, 1, args.repeats).items()}
             row = {
                 "size": size_name, "precision": "bf16", "length": length, "ours_train_ms": 1000 * train["ours"],
                 "marian_train_ms": 1000 * train["marian"], "ours_ms_per_step": 1000 * gen["ours"],
