@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from vanilla_transformer.training import TrainConfig, train  # noqa: E402
 
+# the model and recipe of benchmarks/multi30k.py (one process)
 MODEL = {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
          "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024, "dropout": 0.3}  # fmt: skip
 SMOKE_MODEL = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
@@ -36,7 +37,7 @@ def run(precision: str, args: argparse.Namespace, tokenizer: Path | None) -> dic
         data=str(args.data), src_lang=args.src_lang, tgt_lang=args.tgt_lang, valid_split="validation", test_split=None,
         tokenizer=None if tokenizer is None else str(tokenizer), vocab_size=400 if args.smoke else 8000,
         model=SMOKE_MODEL if args.smoke else MODEL, max_tokens=256 if args.smoke else 2500, warmup_steps=300,
-        lr_factor=0.8, max_steps=args.steps, log_every=args.log_every, eval_every=args.eval_every,
+        lr_factor=0.3, max_steps=args.steps, log_every=args.log_every, eval_every=args.eval_every,
         eval_bleu_sentences=0, save_every=10**6, keep_checkpoints=1, average_last=1, mixed_precision=precision,
         seed=args.seed, output_dir=str(args.workdir / precision), progress=not args.smoke,
     )  # fmt: skip

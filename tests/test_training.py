@@ -18,6 +18,7 @@ from vanilla_transformer.training import (
     list_checkpoints,
     make_optimizer_and_schedule,
     noam_learning_rate,
+    resolve_mixed_precision,
     train,
 )
 
@@ -96,6 +97,24 @@ def test_a_short_run_on_real_text_lowers_validation_loss_and_saves_a_hub_folder(
     assert len((tmp_path / "run" / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
     card = (final / "README.md").read_text()
     assert f"{summary['test']['bleu']:.2f}" in card and "sacrebleu" in card
+
+
+@pytest.mark.parametrize("amx, avx512_bf16, expected", [(True, True, "bf16"), (False, True, "bf16"), (False, False, "no")])
+def test_auto_mixed_precision_is_bf16_only_on_cpus_with_bf16_units(monkeypatch, amx, avx512_bf16, expected):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert resolve_mixed_precision("auto", cpu=True) == expected
+    for given in ("no", "bf16", "fp16"):
+        assert resolve_mixed_precision(given, cpu=True) == given
+
+
+def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    train(tiny_run(corpus, tmp_path / "run", max_steps=2, save_every=2, mixed_precision="auto", cpu=True))
+    saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert saved["mixed_precision"] == "no"
+    assert "mixed precision `no`" in (tmp_path / "run" / "final" / "README.md").read_text()
 
 
 # ------------------------------------------------------------------ checkpoints and resume

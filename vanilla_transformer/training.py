@@ -67,7 +67,7 @@ class TrainConfig:
     adam_epsilon: float = 1e-9
     label_smoothing: float = 0.1
     max_grad_norm: float | None = None
-    mixed_precision: str = "no"  # no | bf16 | fp16
+    mixed_precision: str = "no"  # no | bf16 | fp16 | auto (bf16 where the hardware has bf16 units: resolve_mixed_precision)
     # auto: eager attention for bf16 on CPU (torch's CPU flash-attention backward is slow on sentence
     # lengths; measured 1.4x slower per step), sdpa otherwise
     attn_implementation: str = "auto"  # auto | eager | sdpa
@@ -107,7 +107,7 @@ class TrainConfig:
             "label_smoothing": 0.0 <= self.label_smoothing < 1.0,
             "lr_factor": self.lr_factor > 0,
             "max_minutes": self.max_minutes is None or self.max_minutes > 0,
-            "mixed_precision": self.mixed_precision in ("no", "bf16", "fp16"),
+            "mixed_precision": self.mixed_precision in ("no", "bf16", "fp16", "auto"),
             "attn_implementation": self.attn_implementation in ("auto", "eager", "sdpa"),
             "preset": self.preset in ("base", "big"),
             "attention_pictures": self.attention_pictures is None or self.attention_pictures >= 0,
@@ -421,11 +421,13 @@ def train(config: TrainConfig) -> dict:
     start_time = time.monotonic()
     if config.push_to_hub is not None:
         _check_hub_upload_possible(config.push_to_hub)  # before training, not after hours of it
+    on_cpu = config.cpu or not _has_accelerator()
+    config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision, on_cpu))
     output_dir = Path(config.output_dir)
     checkpoint_dir = output_dir / "checkpoints"
     accelerator = Accelerator(
         # without a GPU (or other accelerator), cpu=True lets accelerate see torchrun's processes (gloo)
-        cpu=config.cpu or not _has_accelerator(),
+        cpu=on_cpu,
         mixed_precision=config.mixed_precision,
         log_with=config.log_with,
         project_dir=str(output_dir),
@@ -640,6 +642,18 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: 
         commit_message=commit_message or "Upload vanilla-transformer translation model",
     )
     return str(commit.commit_url)
+
+
+def resolve_mixed_precision(mixed_precision: str, cpu: bool) -> str:
+    """``auto`` -> ``bf16`` where the hardware has bf16 units: CUDA GPUs that support bf16, and CPUs with AMX
+    or AVX512-BF16 (where, on 2 cores, a Multi30k run trained 1.29x as fast as in fp32, its loss within 0.3 %
+    of fp32's over 300 steps: benchmarks/bf16_curve.py); ``no`` elsewhere. Other values are returned as given."""
+    if mixed_precision != "auto":
+        return mixed_precision
+    if not cpu:
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    units = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu's (private) feature probes
+    return "bf16" if any(getattr(torch.cpu, probe, lambda: False)() for probe in units) else "no"
 
 
 def _has_accelerator() -> bool:
