@@ -1,5 +1,6 @@
 """Equivalence and behaviour tests of the model (tiny configurations, CPU)."""
 
+import copy
 import math
 
 import pytest
@@ -185,6 +186,52 @@ def test_beam_search_leaving_cross_attention_caches_unreordered_changes_nothing(
     assert moved  # the default reordered both caches
     assert torch.equal(ours.sequences, default.sequences)
     assert torch.allclose(ours.sequences_scores, default.sequences_scores)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(num_beams=4),  # the paper's per-sentence limit: source length + source_length_offset
+        dict(num_beams=4, max_new_tokens=9, min_new_tokens=2, early_stopping=False, length_penalty=0.0),
+        dict(num_beams=3, max_new_tokens=8, min_length=4, early_stopping="never", length_penalty=-0.5, num_return_sequences=2),
+        dict(num_beams=4, max_new_tokens=12, early_stopping="never", length_penalty=0.6),
+    ],
+)
+def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch, options):
+    import vanilla_transformer.modeling_vanilla_transformer as modeling
+
+    model = tiny_model()
+    with torch.no_grad():  # make </s> likely enough that some hypotheses end early and others do not
+        direction = torch.randn(32, generator=torch.Generator().manual_seed(1))
+        model.model.decoder.layers[-1].final_layer_norm.bias.copy_(0.3 * direction)
+        model.model.shared.weight[EOS] = 3 * direction / direction.norm()
+    model.generation_config.source_length_offset = 3
+    src = random_ids(4, 7, seed=5)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4, [1] * 6 + [0]])
+    fast = model.generate(src, attention_mask=mask, **options)
+    applied = []
+    check = modeling._in_place_beam_search_applies
+    monkeypatch.setattr(modeling, "_in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False)
+    plain = model.generate(src, attention_mask=mask, **options)  # transformers' own loop
+    assert applied == [True]  # the first call took the in-place loop
+    assert torch.equal(fast, plain)
+    assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
+
+
+def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():
+    from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
+
+    import vanilla_transformer.modeling_vanilla_transformer as modeling
+
+    model = tiny_model()
+    config, kwargs = model.generation_config, {"use_cache": True}
+    assert modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), config, False, kwargs)
+    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), config, False, kwargs)
+    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), config, True, kwargs)  # synced GPUs
+    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), config, False, {"use_cache": False})
+    with_scores = copy.deepcopy(config)
+    with_scores.return_dict_in_generate = True
+    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), with_scores, False, kwargs)
 
 
 def test_cross_attention_keys_are_computed_once_and_reused(model):
