@@ -223,15 +223,14 @@ def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformer
 
     import vanilla_transformer.modeling_vanilla_transformer as modeling
 
-    model = tiny_model()
-    config, kwargs = model.generation_config, {"use_cache": True}
-    assert modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), config, False, kwargs)
-    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), config, False, kwargs)
-    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), config, True, kwargs)  # synced GPUs
-    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), config, False, {"use_cache": False})
+    config, kwargs = tiny_model().generation_config, {"use_cache": True}
+    assert modeling._in_place_beam_search_applies(LogitsProcessorList([]), config, False, kwargs)
+    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), config, False, kwargs)
+    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([]), config, True, kwargs)  # synced GPUs
+    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([]), config, False, {"use_cache": False})
     with_scores = copy.deepcopy(config)
     with_scores.return_dict_in_generate = True
-    assert not modeling._in_place_beam_search_applies(model, LogitsProcessorList([]), with_scores, False, kwargs)
+    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([]), with_scores, False, kwargs)
 
 
 def test_cross_attention_keys_are_computed_once_and_reused(model):

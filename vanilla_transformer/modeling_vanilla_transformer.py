@@ -680,7 +680,8 @@ class VanillaTransformerSourceLengthLimit(LogitsProcessor):
 _IN_PLACE_PROCESSORS = (VanillaTransformerSourceLengthLimit, MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor)
 
 
-def _in_place_beam_search_applies(model, logits_processor, config, synced_gpus: bool, model_kwargs: dict) -> bool:
+def _in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, model_kwargs: dict) -> bool:
+    """Whether ``_beam_search`` may take its in-place loop (see its docstring)."""
     return (
         not (synced_gpus or config.do_sample or config.return_dict_in_generate or config.low_memory)
         and bool(model_kwargs.get("use_cache"))
@@ -1042,7 +1043,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         scores/logits/attentions, other logits processors, several GPUs) goes to transformers' loop.
         """
         config = generation_config
-        if not _in_place_beam_search_applies(self, logits_processor, config, synced_gpus, model_kwargs):
+        if not _in_place_beam_search_applies(logits_processor, config, synced_gpus, model_kwargs):
             return super()._beam_search(input_ids, logits_processor, stopping_criteria, config, synced_gpus, **model_kwargs)
         pad_token_id, eos_token_id = config._pad_token_tensor, config._eos_token_tensor
         early_stopping, length_penalty, max_length = config.early_stopping, config.length_penalty, config.max_length
