@@ -683,7 +683,7 @@ _IN_PLACE_PROCESSORS = (VanillaTransformerSourceLengthLimit, MinLengthLogitsProc
 def _in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, model_kwargs: dict) -> bool:
     """Whether ``_beam_search`` may take its in-place loop (see its docstring)."""
     return (
-        not (synced_gpus or config.do_sample or config.return_dict_in_generate or config.low_memory)
+        not (synced_gpus or config.do_sample or config.return_dict_in_generate or getattr(config, "low_memory", False))
         and bool(model_kwargs.get("use_cache"))
         and all(type(processor) in _IN_PLACE_PROCESSORS for processor in logits_processor)
     )
@@ -1067,7 +1067,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         flat_running_sequences = input_ids
         log_probs = None  # the [batch × beams, vocab] buffer, reused at every step
 
-        model_outputs = self._prefill(input_ids, config, model_kwargs, is_first_iteration=not config.is_assistant)
+        model_outputs = self._prefill(input_ids, config, model_kwargs, is_first_iteration=not getattr(config, "is_assistant", False))
         prefill_consumed = False
         this_peer_finished = False
         while self._has_unfinished_sequences(this_peer_finished, synced_gpus, device=device):
