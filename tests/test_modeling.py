@@ -369,6 +369,47 @@ def test_dropout_is_active_in_training_and_off_in_eval():
     assert not torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
 
 
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_cpu_dropout_mask_has_the_keep_rate_scale_and_independence_of_dropout(p):
+    from vanilla_transformer.modeling_vanilla_transformer import _cpu_keep_mask
+
+    torch.manual_seed(0)
+    n = 1 << 20
+    mask = _cpu_keep_mask(torch.Size([n]), p, torch.float32).double()
+    kept = mask > 0
+    scale = mask[kept].unique()
+    assert len(scale) == 1 and scale.item() == pytest.approx(1 / (1 - p), rel=2e-5)  # one value: 1/(1-p)
+    sigma = math.sqrt(p * (1 - p) / n)
+    assert abs(kept.double().mean().item() - (1 - p)) < 5 * sigma  # keep rate 1-p
+    assert abs(mask.mean().item() - 1) < 5 * sigma / (1 - p)  # expectation unchanged
+    # neighbours come from the same 64-bit draw (4 per draw): their decisions must be independent
+    for lag in (1, 2, 3, 4):
+        both = (kept[:-lag] & kept[lag:]).double().mean().item()
+        assert abs(both - (1 - p) ** 2) < 5 * math.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / n)
+    by_position = kept.view(-1, 4).double().mean(0)  # each of the four 16-bit chunks of a draw
+    assert torch.all((by_position - (1 - p)).abs() < 5 * sigma * 2)
+
+
+def test_cpu_dropout_on_a_residual_equals_adding_the_dropped_output():
+    from vanilla_transformer.modeling_vanilla_transformer import _dropout
+
+    x, residual = torch.randn(4, 7, 32, requires_grad=True), torch.randn(4, 7, 32)
+    torch.manual_seed(3)
+    summed = _dropout(x, 0.3, training=True, add_to=residual)
+    torch.manual_seed(3)
+    dropped = _dropout(x, 0.3, training=True)
+    assert torch.allclose(summed, residual + dropped, atol=1e-6)
+    kept = dropped != 0
+    assert 0.5 < kept.float().mean() < 0.9 and torch.allclose(dropped[kept], x[kept] / 0.7, rtol=1e-4)
+    (grad,) = torch.autograd.grad(summed.sum(), x)
+    assert torch.allclose(grad, kept / 0.7, rtol=1e-4)  # the gradient goes through the kept elements only
+    # dtypes as for `residual + dropout(x)`: a bf16 sub-layer output added to a float32 stream
+    assert _dropout(x.detach().bfloat16(), 0.1, training=True).dtype == torch.bfloat16
+    assert _dropout(x.detach().bfloat16(), 0.1, training=True, add_to=residual).dtype == torch.float32
+    assert _dropout(x, 0.3, training=False, add_to=residual).equal(x + residual)
+
+
 # ------------------------------------------------------------------ sizes of Table 3
 def count_parameters(config: VanillaTransformerConfig) -> int:
     with torch.device("meta"):
