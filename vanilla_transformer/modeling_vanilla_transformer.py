@@ -187,8 +187,9 @@ def _cpu_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Ten
     dropped = round(p * 65536)
     numel = math.prod(shape)
     bits = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # full 64-bit range
-    keep = bits.view(torch.int16)[:numel].view(shape) >= dropped - 32768  # int16 spans -32768 … 32767
-    return torch.mul(keep, torch.tensor(65536 / (65536 - dropped), dtype=dtype))
+    mask = torch.empty(shape, dtype=dtype)
+    torch.ge(bits.view(torch.int16)[:numel].view(shape), dropped - 32768, out=mask)  # 1 or 0; int16: -32768 … 32767
+    return mask.mul_(65536 / (65536 - dropped))
 
 
 def eager_attention_forward(
