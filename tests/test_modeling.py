@@ -242,6 +242,47 @@ def test_cross_attention_keys_are_computed_once_and_reused(model):
     assert len(calls) == 1
 
 
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_outputs(attn):
+    """Beam search gives the decoder one encoder row per sentence for its k beams (consecutive rows):
+    logits, cross-attention weights and cached decoding equal those with the encoder rows repeated."""
+    model = tiny_model()
+    model.set_attn_implementation(attn)
+    src, tgt = random_ids(3, 7), random_ids(12, 5, seed=1)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+    outputs = {}
+    for name, (hidden, src_mask) in {"shared": (encoder_hidden, mask), "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0))}.items():
+        full = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=attn == "eager")
+        cache, steps = None, []
+        for t in range(tgt.shape[1]):
+            step = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
+            cache, _ = step.cache, steps.append(step.logits)
+        outputs[name] = (full, torch.cat(steps, 1), cache.cross_attention_cache.layers[0].keys.shape[0])
+    (shared, shared_steps, shared_rows), (repeated, repeated_steps, repeated_rows) = outputs["shared"], outputs["repeated"]
+    assert torch.allclose(shared.logits, repeated.logits, atol=1e-5)
+    assert torch.allclose(shared_steps, repeated_steps, atol=1e-5) and torch.allclose(shared_steps, shared.logits, atol=1e-5)
+    assert (shared_rows, repeated_rows) == (3, 12)  # cross-attention keys kept once per sentence
+    if attn == "eager":
+        for a, b in zip(shared.cross_attentions, repeated.cross_attentions):
+            assert a.shape == (12, 4, 5, 7) and torch.allclose(a, b, atol=1e-6)
+
+
+def test_decoder_rows_must_be_a_multiple_of_the_encoder_rows(model):
+    encoder_outputs = model.get_encoder()(input_ids=random_ids(3, 6))
+    with pytest.raises(ValueError, match="Decoder batch size 5 is not a multiple of the encoder output's 3"):
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(5, 2))
+
+
+def test_beam_search_projects_cross_attention_keys_once_per_sentence(model):
+    rows = []
+    handle = model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, out: rows.append(out.shape[0]))
+    model.generate(random_ids(3, 5), num_beams=4, max_new_tokens=6, min_new_tokens=6)
+    handle.remove()
+    assert rows == [3]  # one projection, of the 3 sentences (not of 3 × 4 beams)
+
+
 # ------------------------------------------------------------------ eager vs sdpa
 def test_eager_and_sdpa_agree_on_outputs_and_gradients():
     src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
