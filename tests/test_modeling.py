@@ -218,6 +218,26 @@ def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch,
     assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
 
 
+@pytest.mark.parametrize("n", [244, 4 * 8000, 4 * 37000 + 3, 70])
+def test_top_k_through_chunk_maxima_equals_torch_topk(n):
+    from vanilla_transformer.modeling_vanilla_transformer import _top_k
+
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randn(6, n, generator=g)
+    scores[1, torch.randperm(n, generator=g)[:5]] += 10  # the largest values crowded into a few places
+    scores[2, : n - 60] -= 20  # ... or all in the last, shorter chunk
+    values, indices = _top_k(scores, 8)
+    expected_values, expected_indices = torch.topk(scores, 8)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+    # ties (masked scores): the same values, each index pointing at its value, no index twice
+    scores[3, 3:] = -math.inf  # a row with 3 finite scores, as when </s> is forced
+    scores[4] = scores[4].round()  # many equal values
+    values, indices = _top_k(scores, 8)
+    assert torch.equal(values, torch.topk(scores, 8).values)
+    assert torch.equal(scores.gather(1, indices), values)
+    assert all(len(set(row)) == 8 for row in indices.tolist())
+
+
 def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():
     from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
 
