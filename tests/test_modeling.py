@@ -403,6 +403,46 @@ def test_linear_cross_entropy_in_vocabulary_blocks_equals_cross_entropy(block_co
     assert mine[0][targets == -100].abs().max() == 0
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_cross_entropy_with_a_workspace_is_bit_identical_and_reuses_it(monkeypatch, dtype):
+    """Logits kept between the two passes (in a workspace) give the very sums and gradients of
+    computing them twice, under bf16 autocast too; the workspace is reused, and unused past its limit."""
+    import vanilla_transformer.modeling_vanilla_transformer as modeling
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(12, 16, requires_grad=True), torch.randn(61, 16, requires_grad=True)
+    targets = torch.tensor([0, 6, 7, 13, 31, 32, 60, -100, 45, 59, -100, 1])
+
+    def run(workspace):
+        hidden.grad = weight.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            smoothed, nll = modeling.linear_cross_entropy_sums(hidden * 3, weight, targets, 0.1, block_columns=16, workspace=workspace)
+        smoothed.backward()
+        return smoothed.detach(), nll, hidden.grad.clone(), weight.grad.clone()
+
+    workspace = {}
+    plain, kept = run(None), run(workspace)
+    assert all(torch.equal(a, b) for a, b in zip(plain, kept))
+    buffer = workspace["logits"]
+    assert buffer.dtype == dtype and buffer.numel() == 10 * 61  # the 10 counted tokens' logits
+    assert all(torch.equal(a, b) for a, b in zip(plain, run(workspace))) and workspace["logits"] is buffer  # reused
+    monkeypatch.setattr(modeling, "LOSS_WORKSPACE_BYTES", 10 * 61 * buffer.itemsize - 1)
+    small = {}
+    assert all(torch.equal(a, b) for a, b in zip(plain, run(small))) and not small  # over the limit: not used
+
+
+def test_model_keeps_its_loss_workspace_in_training_only():
+    model = tiny_model().train()
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    model(input_ids=src, labels=tgt, skip_logits=True).loss.backward()
+    assert model._loss_workspace["logits"].numel() == 2 * 5 * model.config.vocab_size
+    model.eval()
+    assert not model._loss_workspace  # memory given back
+    model(input_ids=src, labels=tgt, skip_logits=True)
+    assert not model._loss_workspace
+
+
 def test_skip_logits_needs_labels(model):
     with pytest.raises(ValueError, match="skip_logits=True needs `labels`"):
         model(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), skip_logits=True)

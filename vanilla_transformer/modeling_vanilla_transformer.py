@@ -768,6 +768,11 @@ def _mask_in_place(processor, input_ids: torch.LongTensor, scores: torch.FloatTe
 # --------------------------------------------------------------------------------------------
 # §5.4 label smoothing, fused with the pre-softmax linear layer, for training.
 # --------------------------------------------------------------------------------------------
+# The most logits a training step keeps between the two passes of LinearCrossEntropySums (a workspace
+# its model holds while in training mode); above it, the second pass computes them again.
+LOSS_WORKSPACE_BYTES = 256 << 20
+
+
 class LinearCrossEntropySums(torch.autograd.Function):
     """Sums of the label-smoothed cross-entropy and of the plain NLL of ``hidden @ weight.T``,
     computed a block of vocabulary columns at a time, so the [tokens, vocab] logits never exist in full.
@@ -778,7 +783,8 @@ class LinearCrossEntropySums(torch.autograd.Function):
     Two passes over the column blocks: the first gathers each row's log-sum-exp (online, as flash
     attention does), the gold logit and the sum of logits; the second recomputes each block's logits,
     turns them into gradients and applies them at once: ``grad_hidden += g @ w[cols]`` and
-    ``grad_weight[cols] = g.T @ hidden``, a matmul whose inner size is the number of tokens.
+    ``grad_weight[cols] = g.T @ hidden``, a matmul whose inner size is the number of tokens. Given a
+    ``workspace`` in which all the logits fit, pass 1 keeps them there and pass 2 reads them back.
     Why by columns: by rows, every block adds a full [vocab, d] float32 product into ``grad_weight``,
     which cost three quarters of this function at the paper's vocabulary (measured; Liger-Kernel's
     fused linear cross-entropy, Triton and GPU-only, splits by rows). The extra logits matmul of the
@@ -788,7 +794,7 @@ class LinearCrossEntropySums(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, epsilon: float, block_columns: int, grads: bool):
+    def forward(ctx, hidden, weight, labels, epsilon: float, block_columns: int, grads: bool, workspace: dict | None):
         device_type, device = hidden.device.type, hidden.device
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
         exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: float32 at least
@@ -805,10 +811,25 @@ class LinearCrossEntropySums(torch.autograd.Function):
             high = low if exact == dtype else torch.empty(rows * width, dtype=exact, device=device)
             scratch = torch.empty(rows * width, dtype=exact, device=device)
 
-            def logits(cols: slice) -> torch.Tensor:
-                """This block's [rows, columns] logits, in `exact` precision, in `high`."""
+            # With a workspace (a dict its caller keeps from one call to the next) and all the logits within
+            # LOSS_WORKSPACE_BYTES, pass 1 keeps each block's logits for pass 2, which then has no matmul
+            # to repeat. The memory is reused at every step: fresh from the OS each time, it cost as much
+            # as the matmul it saves (measured).
+            kept = None
+            if workspace is not None and (need_hidden or need_weight) and rows * vocab * dtype.itemsize <= LOSS_WORKSPACE_BYTES:
+                kept = workspace.get("logits")
+                if kept is None or kept.numel() < rows * vocab or kept.dtype != dtype or kept.device != device:
+                    kept = workspace["logits"] = torch.empty(rows * vocab, dtype=dtype, device=device)
+
+            def logits(cols: slice, again: bool = False) -> torch.Tensor:
+                """This block's [rows, columns] logits, in `exact` precision, in `high` (`again`: pass 2)."""
                 n = cols.stop - cols.start
-                z = torch.mm(h, w[cols].T, out=low[: rows * n].view(rows, n))
+                if kept is None:
+                    z = torch.mm(h, w[cols].T, out=low[: rows * n].view(rows, n))
+                else:
+                    z = kept[rows * cols.start : rows * cols.stop].view(rows, n)
+                    if not again:
+                        torch.mm(h, w[cols].T, out=z)
                 return z if high is low else high[: rows * n].view(rows, n).copy_(z)
 
             def gold_index(cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
@@ -837,7 +858,7 @@ class LinearCrossEntropySums(torch.autograd.Function):
                 grad_weight = torch.empty(weight.shape, dtype=exact, device=device) if need_weight else None
                 product = torch.empty(max(rows, width) * d, dtype=dtype, device=device)  # matmul outputs to convert
                 for cols in blocks:
-                    g = logits(cols).sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # softmax - ε/V
+                    g = logits(cols, again=True).sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # softmax - ε/V
                     inside, index = gold_index(cols)
                     g.scatter_add_(-1, index, ((epsilon - 1) * inside).to(exact)[:, None])
                     n = g.shape[1]
@@ -859,21 +880,29 @@ class LinearCrossEntropySums(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         grad_hidden = grad_hidden * grad_smoothed.to(grad_hidden.dtype) if grad_hidden is not None else None
         grad_weight = (grad_weight * grad_smoothed).to(ctx.weight_dtype) if grad_weight is not None else None
-        return grad_hidden, grad_weight, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None
 
 
 def linear_cross_entropy_sums(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0, block_columns: int | None = None
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float = 0.0,
+    block_columns: int | None = None,
+    workspace: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(label-smoothed cross-entropy sum, NLL sum) over the tokens whose label is not -100, for
     logits ``hidden @ weight.T``; ``hidden`` is [..., d], ``labels`` the matching [...] ids.
     Only the first sum carries gradients. ``block_columns`` (vocabulary entries per block) defaults
     to about 1M logits per block (4 MB in float32), at least 256 columns: on a 2-core CPU 1,664 tokens ×
-    37,000 entries ran 0.31 s forward and backward with blocks of 768 columns and 0.46 s with 1,260."""
+    37,000 entries ran 0.31 s forward and backward with blocks of 768 columns and 0.46 s with 1,260.
+    ``workspace``: a dict kept by the caller between calls, where the logits of both passes are kept
+    when they fit in ``LOSS_WORKSPACE_BYTES`` (the model's own, in training mode): training steps 3–7 %
+    faster on 2 cores, small and base sizes, fp32 and bf16."""
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).to(hidden.device)
     block_columns = block_columns or max(256, (1 << 20) // max(1, hidden.shape[0]))
     grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)  # none under no_grad
-    return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, grads)
+    return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, grads, workspace)
 
 
 # The translation pipeline that travels with saved models (pipeline_vanilla_transformer.py), as
@@ -922,6 +951,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             length_penalty=0.6,
             source_length_offset=50,
         )
+        self._loss_workspace: dict = {}  # the training loss's kept logits (see LinearCrossEntropySums)
+
+    def train(self, mode: bool = True):
+        if not mode:  # inference needs no loss workspace: give its memory back
+            self._loss_workspace.clear()
+        return super().train(mode)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.shared
@@ -1020,7 +1055,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if labels is not None:
             labels = labels.to(hidden.device)
             if skip_logits:
-                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, smoothing)
+                workspace = self._loss_workspace if self.training else None
+                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, smoothing, workspace=workspace)
             else:
                 flat_logits, flat_labels = logits.float().flatten(0, 1), labels.flatten()
                 smoothed = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
