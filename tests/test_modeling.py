@@ -188,6 +188,26 @@ def test_beam_search_leaving_cross_attention_caches_unreordered_changes_nothing(
     assert torch.allclose(ours.sequences_scores, default.sequences_scores)
 
 
+def test_beam_search_cache_layer_reordering_as_it_grows_equals_transformers_layer():
+    """Reorderings recorded and applied at the next update (two in a row composed) give DynamicLayer's
+    keys and values, which reorders at once and concatenates."""
+    from transformers.cache_utils import DynamicLayer
+
+    from vanilla_transformer.modeling_vanilla_transformer import _BeamSearchSelfAttentionLayer
+
+    ours, plain = _BeamSearchSelfAttentionLayer(), DynamicLayer()
+    g = torch.Generator().manual_seed(0)
+    orders = [[], [torch.tensor([1, 1, 0, 3, 2, 2])], [torch.tensor([5, 4, 3, 2, 1, 0]), torch.tensor([0, 0, 1, 1, 4, 4])], []]
+    for step, reorders in enumerate(orders):
+        key, value = torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g), torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g)
+        got, expected = ours.update(key, value), plain.update(key, value)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), step
+        for order in reorders:
+            ours.reorder_cache(order)
+            plain.reorder_cache(order)
+    assert ours.get_seq_length() == plain.get_seq_length() == 5
+
+
 @pytest.mark.parametrize(
     "options",
     [

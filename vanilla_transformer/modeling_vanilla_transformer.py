@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.generation.logits_process import (
     LogitsProcessor,
     LogitsProcessorList,
@@ -713,6 +713,45 @@ class VanillaTransformerSourceLengthLimit(LogitsProcessor):
         return scores
 
 
+class _BeamSearchSelfAttentionLayer(DynamicLayer):
+    """One decoder layer's self-attention keys and values in beam search, reordered when they grow.
+
+    transformers' DynamicLayer concatenates each step's keys and values into a new tensor, and beam
+    search then reorders that into another: two copies of the whole cache per step, each into fresh
+    memory. Here a reordering only records which rows to take, and the next step's concatenation
+    copies the rows in that order: one copy per step (``index_select`` straight into the new tensor;
+    32 sentences × 4 beams, ms per step: base fp32 82 → 78–79, bf16 45.3 → 43.9, small fp32 15.1 → 14.7).
+    Only the in-place beam search uses it, which reads the keys and values through ``update`` alone.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.order = None  # rows to take at the next update, when a reordering is pending
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized or self.keys.numel() == 0:
+            self.order = None
+            return super().update(key_states, value_states)
+        self.keys, self.values = self._grow(self.keys, key_states), self._grow(self.values, value_states)
+        self.order = None
+        return self.keys, self.values
+
+    def _grow(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        length = old.shape[-2]
+        grown = old.new_empty(*old.shape[:-2], length + new.shape[-2], old.shape[-1])
+        if self.order is None:
+            grown[..., :length, :].copy_(old)
+        else:
+            torch.index_select(old, 0, self.order, out=grown[..., :length, :])
+        grown[..., length:, :].copy_(new)
+        return grown
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.is_initialized and self.keys.numel():
+            beam_idx = beam_idx.to(self.keys.device)
+            self.order = beam_idx if self.order is None else self.order[beam_idx]
+
+
 # The logits processors the in-place beam search applies itself (see its docstring).
 _IN_PLACE_PROCESSORS = (VanillaTransformerSourceLengthLimit, MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor)
 
@@ -1180,6 +1219,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         log_probs = None  # the [batch × beams, vocab] buffer, reused at every step
         beam_offset = torch.arange(batch_size, device=device).view(-1, 1) * num_beams  # first flat row of each sentence
 
+        cache = model_kwargs["cache"]
+        if isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() == 0:  # see _BeamSearchSelfAttentionLayer
+            layers = [_BeamSearchSelfAttentionLayer() for _ in range(self.config.decoder_layers)]
+            model_kwargs["cache"] = EncoderDecoderCache(Cache(layers=layers), cache.cross_attention_cache)
         model_outputs = self._prefill(input_ids, config, model_kwargs, is_first_iteration=not getattr(config, "is_assistant", False))
         prefill_consumed = False
         this_peer_finished = False
