@@ -1182,7 +1182,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         The decoder gets each sentence's encoder output once, not once per beam, so
         encoder-decoder attention projects, keeps and reads its keys and values once per sentence
         (32 sentences × 4 beams, ms per step before → after, two runs each: base fp32 83–85 → 73–77,
-        bf16 45–47 → 44–46; small fp32 14.8–15.3 → 13.7–13.8, bf16 10.5–10.7 → 9.9–10.3). Everything
+        bf16 45–47 → 44–46; small fp32 14.8–15.3 → 13.7–13.8, bf16 10.5–10.7 → 9.9–10.3), and the
+        self-attention caches are reordered as they grow (``_BeamSearchSelfAttentionLayer``). Everything
         else is transformers' own helpers, called in the same order, so the tokens are the same (tested
         against transformers' loop). What this loop does not cover (sampling, returned
         scores/logits/attentions, other logits processors, several GPUs, no cache) goes to transformers' loop.
