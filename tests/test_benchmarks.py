@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -22,6 +23,22 @@ def test_flop_formula_counts_linear_layers_and_attention():
     linear = (128 + 32) * 3 + (160 + 40) * 2
     attention = 4 * 4 * (9 + 4 + 6) / 2
     assert speed.model_flops(size, 1, 3, 2) == 6 * (linear + attention)
+
+
+def test_both_models_get_the_optimizer_their_trainers_use():
+    """Ours: the training command's fused Adam. Marian: Seq2SeqTrainer's default optimizer is torch's
+    fused AdamW (here without weight decay), the same kernel as the benchmark's fused Adam."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    from vanilla_transformer.training import TrainConfig, make_optimizer_and_schedule
+
+    model = speed.build("ours", speed.SIZES["smoke"])
+    optimizer = speed.adam(model)
+    ours, _ = make_optimizer_and_schedule(model, TrainConfig(), model.config.d_model)
+    assert type(optimizer) is type(ours) and optimizer.defaults["fused"] and ours.defaults["fused"]
+    trainer_class, trainer_kwargs = Seq2SeqTrainer.get_optimizer_cls_and_kwargs(Seq2SeqTrainingArguments(output_dir="unused"))
+    assert trainer_class is torch.optim.AdamW and trainer_kwargs.get("fused") is True
+    assert Seq2SeqTrainingArguments(output_dir="unused").weight_decay == 0.0
 
 
 def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
