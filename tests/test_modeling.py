@@ -243,19 +243,36 @@ def test_top_k_through_chunk_maxima_equals_torch_topk(n):
     from vanilla_transformer.modeling_vanilla_transformer import _top_k
 
     g = torch.Generator().manual_seed(n)
-    scores = torch.randn(6, n, generator=g)
-    scores[1, torch.randperm(n, generator=g)[:5]] += 10  # the largest values crowded into a few places
-    scores[2, : n - 60] -= 20  # ... or all in the last, shorter chunk
+    scores = torch.randn(6, 1, n, generator=g)
+    scores[1, 0, torch.randperm(n, generator=g)[:5]] += 10  # the largest values crowded into a few places
+    scores[2, 0, : n - 60] -= 20  # ... or all in the last, shorter chunk
     values, indices = _top_k(scores, 8)
-    expected_values, expected_indices = torch.topk(scores, 8)
+    expected_values, expected_indices = torch.topk(scores.flatten(1), 8)
     assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
     # ties (masked scores): the same values, each index pointing at its value, no index twice
-    scores[3, 3:] = -math.inf  # a row with 3 finite scores, as when </s> is forced
+    scores[3, 0, 3:] = -math.inf  # a row with 3 finite scores, as when </s> is forced
     scores[4] = scores[4].round()  # many equal values
     values, indices = _top_k(scores, 8)
-    assert torch.equal(values, torch.topk(scores, 8).values)
-    assert torch.equal(scores.gather(1, indices), values)
+    assert torch.equal(values, torch.topk(scores.flatten(1), 8).values)
+    assert torch.equal(scores.flatten(1).gather(1, indices), values)
     assert all(len(set(row)) == 8 for row in indices.tolist())
+
+
+@pytest.mark.parametrize("n", [1000, 1024, 37])
+def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
+    """Beam search's use: log-probabilities [sentences, beams, vocab] plus each beam's score, top 8 over
+    beams × vocabulary; the offsets reach the sums without the sums' full tensor."""
+    from vanilla_transformer.modeling_vanilla_transformer import _top_k
+
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randn(5, 4, n, generator=g).log_softmax(-1)
+    offsets = torch.randn(5, 4, generator=g) * 3
+    offsets[0, 1:] = -1e9  # the first step: only beam 0 is live
+    offsets[1] = torch.tensor([0.0, -0.5, -30.0, -0.25])  # one beam far behind, its best chunks never chosen
+    scores[2, 3, -5:] += 40  # the best sums in one beam's tail
+    values, indices = _top_k(scores, 8, offsets=offsets)
+    expected_values, expected_indices = torch.topk((scores + offsets[..., None]).flatten(1), 8)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
 
 
 def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():

@@ -765,29 +765,41 @@ def _in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, m
     )
 
 
-def _top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.topk(scores, k)`` over the last dimension of a [rows, n] tensor, found among few candidates.
+def _top_k(scores: torch.Tensor, k: int, offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk((scores + offsets[..., None]).flatten(1), k)`` for ``scores`` [rows, groups, n] and
+    ``offsets`` [rows, groups] (none: 0), found among few candidates and without the sum's full tensor.
 
-    Each row is cut into about √n chunks of √n; the k chunks with the largest maxima (plus the last,
-    shorter chunk) hold the row's k largest values: the k-th largest value is at least the k-th largest
-    chunk maximum m, since those k chunks each hold a value ≥ m, and every value above m lies in a chunk
-    whose maximum is above m. Only which of several equal values is returned can differ from
-    ``torch.topk``, whose choice among ties is unspecified too. torch's CPU top-k copies and partially
-    sorts each whole row: 3.4 ms for 32 rows of 4 beams × 37,000 on 2 cores, 0.7 ms this way.
+    Each group's n values are cut into about √n chunks of √n; the k chunks of a row with the largest
+    offset maxima (plus each group's last, shorter chunk) hold the row's k largest sums: the k-th largest
+    sum is at least the k-th largest chunk maximum m, since those k chunks each hold a sum ≥ m, and every
+    sum above m lies in a chunk whose maximum is above m. Rounding keeps this exact: x ≤ y gives
+    x + b ≤ y + b in floating point too, so a chunk's offset maximum is the maximum of its sums. Only
+    which of several equal values is returned can differ from ``torch.topk``, whose choice among ties is
+    unspecified too. torch's CPU top-k copies and partially sorts each whole row: 3.4 ms for 32 rows of
+    4 beams × 37,000 on 2 cores, 0.7 ms this way; adding the offsets only to maxima and candidates saves
+    a pass over all the scores (beam search's beam scores; 1 ms a step at that size).
     """
-    rows, n = scores.shape
+    rows, groups, n = scores.shape
     width = math.isqrt(n)
     count = n // width
-    if count <= k:
-        return torch.topk(scores, k)
-    body = scores[:, : count * width].view(rows, count, width)
-    best = torch.topk(body.amax(-1), k).indices  # [rows, k]: the chunks with the largest maxima
-    candidates = body.gather(1, best[:, :, None].expand(-1, -1, width)).flatten(1)
-    positions = (best[:, :, None] * width + torch.arange(width, device=scores.device)).flatten(1)
-    if count * width < n:  # the last, shorter chunk is always a candidate
-        candidates = torch.cat([candidates, scores[:, count * width :]], dim=1)
-        tail = torch.arange(count * width, n, device=scores.device).expand(rows, -1)
-        positions = torch.cat([positions, tail], dim=1)
+    shift = offsets[..., None] if offsets is not None else 0.0
+    if groups * count <= k:
+        return torch.topk((scores + shift).flatten(1), k)
+    body = scores[..., : count * width].unflatten(-1, (count, width))  # [rows, groups, count, width]
+    maxima = body.amax(-1) + shift  # [rows, groups, count]
+    best = torch.topk(maxima.flatten(1), k).indices  # [rows, k]: the chunks with the largest maxima
+    group, chunk = best // count, best % count
+    row = torch.arange(rows, device=scores.device)[:, None]
+    candidates = body[row, group, chunk]  # [rows, k, width]
+    if offsets is not None:
+        candidates = candidates + offsets[row, group][..., None]
+    positions = (group * n + chunk * width)[..., None] + torch.arange(width, device=scores.device)
+    candidates, positions = candidates.flatten(1), positions.flatten(1)
+    if count * width < n:  # each group's last, shorter chunk is always a candidate
+        tail = (scores[..., count * width :] + shift).flatten(1)
+        tail_positions = torch.arange(groups, device=scores.device)[:, None] * n + torch.arange(count * width, n, device=scores.device)
+        candidates = torch.cat([candidates, tail], dim=1)
+        positions = torch.cat([positions, tail_positions.flatten().expand(rows, -1)], dim=1)
     values, picked = torch.topk(candidates, k)
     return values, positions.gather(1, picked)
 
@@ -1177,8 +1189,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         vocabulary of 37,000 (fp32, 2 cores): 53 ms per step with transformers' copies, 30 ms in place,
         19.5 ms of either being the output layer. Here the log-softmax is written into one buffer kept
         across steps (bf16 logits are converted into it, not into a fresh copy), the min-length and
-        source-length masks are applied in place, the beam scores added in place, and the top-k over
-        beams × vocabulary is taken through chunk maxima (``_top_k``; base bf16: 47.5 → 42 ms per step).
+        source-length masks are applied in place, and the top-k of the log-probabilities plus the beam scores
+        over beams × vocabulary is taken through chunk maxima, the beam scores added to the candidates only
+        (``_top_k``; base bf16: 47.5 → 42 ms per step).
         The decoder gets each sentence's encoder output once, not once per beam, so
         encoder-decoder attention projects, keeps and reads its keys and values once per sentence
         (32 sentences × 4 beams, ms per step before → after, two runs each: base fp32 83–85 → 73–77,
@@ -1244,11 +1257,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             for processor in logits_processor:  # only the kinds _in_place_beam_search_applies admits
                 _mask_in_place(processor, flat_running_sequences, log_probs)
             del model_outputs
-            accumulated = self._unflatten_beam_dim(log_probs, batch_size, num_beams).add_(running_beam_scores[:, :, None])
-            accumulated = accumulated.view(batch_size, -1)  # [batch, beams × vocab]
-
-            # transformers' _get_top_k_continuations, with its top-k taken through chunk maxima (_top_k)
-            topk_log_probs, topk_indices = _top_k(accumulated, beams_to_keep)
+            # transformers' _get_top_k_continuations: the top-k of log-probabilities + beam scores over
+            # beams × vocabulary, taken through chunk maxima, the beam scores added to few candidates (_top_k)
+            topk_log_probs, topk_indices = _top_k(
+                self._unflatten_beam_dim(log_probs, batch_size, num_beams), beams_to_keep, offsets=running_beam_scores
+            )
             topk_current_beam_indices = topk_indices // log_probs.shape[-1]
             topk_running_beam_indices = self._gather_beams(running_beam_indices, topk_current_beam_indices)
             topk_running_sequences = self._gather_beams(running_sequences, topk_current_beam_indices)
