@@ -258,7 +258,7 @@ def test_top_k_through_chunk_maxima_equals_torch_topk(n):
     assert all(len(set(row)) == 8 for row in indices.tolist())
 
 
-@pytest.mark.parametrize("n", [1000, 1024, 37])
+@pytest.mark.parametrize("n", [1000, 1024, 37, 4])  # 4: too few chunks, a plain top-k of the sums
 def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
     """Beam search's use: log-probabilities [sentences, beams, vocab] plus each beam's score, top 8 over
     beams × vocabulary; the offsets reach the sums without the sums' full tensor."""
