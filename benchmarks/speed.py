@@ -18,7 +18,9 @@ speed reaches both sides of a ratio alike. Sections:
   process running only that model), and MFU.
 * ``generate``: a fixed amount of work (``min_new_tokens = max_new_tokens``), greedy and beam 4, batch
   1 and 32: new tokens/s and ms per decoding step.
-* ``length``: a training step and greedy decoding of 8 sentences at source lengths 16 … 512.
+* ``length``: a training step and greedy decoding of 8 sentences at source lengths 16 … 512, with
+  attention's share of the step's FLOPs and the cost per target token: where that cost stops being flat,
+  attention's n² shows (drawn in ``speed-length.png``).
 * ``epoch`` (needs Multi30k beside the repository): non-padding target tokens/s of our model over a
   Multi30k training epoch, with this package's token-bucket batches and with
   ``DataCollatorForSeq2Seq`` on randomly drawn batches of 64 pairs.
@@ -31,7 +33,8 @@ layers and the cross-attention key/value projections (6d² + 2·d·d_ff per laye
 decoder's other projections and FFN (6d² + 2·d·d_ff per layer) and the output layer (d × vocabulary); the
 attention term counts scores and weighted sums (the causal half is not discounted).
 
-Writes ``benchmarks/results/speed.{json,md}`` (``--smoke``: under ``--output``).
+Writes ``benchmarks/results/speed.{json,md}`` and, from the ``length`` section, ``speed-length.png``
+(``--smoke``: under ``--output``).
 """
 
 from __future__ import annotations
@@ -87,14 +90,20 @@ def batch(size: dict, n: int, src_len: int, tgt_len: int, seed: int = 0) -> dict
     return {"input_ids": src, "attention_mask": torch.ones_like(src), "labels": labels}
 
 
-def model_flops(size: dict, n: int, src_len: int, tgt_len: int) -> float:
-    """FLOPs of one training step (see the module docstring)."""
+def flop_parts(size: dict, n: int, src_len: int, tgt_len: int) -> tuple[float, float]:
+    """FLOPs of one training step (see the module docstring): (weights applied to tokens, attention's
+    scores and weighted sums). The first grows with the number of tokens, the second with its square."""
     d, f, layers, v = size["d_model"], size["ffn"], size["layers"], size["vocab_size"]
     per_source_token = layers * (4 * d * d + 2 * d * f + 2 * d * d)  # encoder layers + cross-attention keys/values
     per_target_token = layers * (6 * d * d + 2 * d * f) + d * v  # self-attention, cross queries/output, FFN, logits
     linear = per_source_token * src_len + per_target_token * tgt_len
     attention = 4 * d * layers * (src_len**2 + tgt_len**2 + src_len * tgt_len)
-    return 3 * 2 * n * (linear + attention / 2)
+    return 3 * 2 * n * linear, 3 * 2 * n * attention / 2
+
+
+def model_flops(size: dict, n: int, src_len: int, tgt_len: int) -> float:
+    """FLOPs of one training step (see the module docstring)."""
+    return sum(flop_parts(size, n, src_len, tgt_len))
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 4096, repeats: int = 5) -> float:
@@ -310,15 +319,55 @@ def section_length(args, sizes: list[str]) -> list[dict]:
             del steps
             runs = {k: generation_run(build(k, size).eval(), size, 8, 8, 1, "bf16", src_len=length) for k in ("ours", "marian")}
             gen = {k: s / 8 for k, s in _interleaved_medians(runs, 1, args.repeats).items()}
+            linear, attention = flop_parts(size, 8, length, length)
             row = {
                 "size": size_name, "precision": "bf16", "length": length, "ours_train_ms": 1000 * train["ours"],
                 "marian_train_ms": 1000 * train["marian"], "ours_ms_per_step": 1000 * gen["ours"],
                 "marian_ms_per_step": 1000 * gen["marian"], "train_ratio": train["marian"] / train["ours"],
-                "generate_ratio": gen["marian"] / gen["ours"],
+                "generate_ratio": gen["marian"] / gen["ours"], "attention_flop_share": attention / (linear + attention),
+                "ours_train_us_per_token": 1e6 * train["ours"] / (8 * length),
+                "marian_train_us_per_token": 1e6 * train["marian"] / (8 * length),
             }  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
+
+
+def draw_length(rows: list[dict], path: Path) -> Path:
+    """Where attention's O(n²) shows: training cost per target token and decoding cost per step
+    against length, both models, with attention's share of the training step's FLOPs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = [r["length"] for r in rows]
+    fig, (train_ax, decode_ax) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    for kind, color in (("ours", "tab:blue"), ("marian", "tab:orange")):
+        name = "ours" if kind == "ours" else "MarianMTModel"
+        train_ax.plot(lengths, [r[f"{kind}_train_us_per_token"] for r in rows], "o-", color=color, label=name)
+        decode_ax.plot(lengths, [r[f"{kind}_ms_per_step"] for r in rows], "o-", color=color, label=name)
+    share_ax = train_ax.twinx()
+    share_ax.plot(lengths, [100 * r["attention_flop_share"] for r in rows], "s--", color="0.5", label="attention's share of the FLOPs")
+    share_ax.set_ylim(0, 100)
+    share_ax.set_ylabel("attention's share of the step's FLOPs (%)", color="0.4")
+    train_ax.set_title("training step, bf16: µs per target token\n(flat: linear in length; rising: the n² of attention)", fontsize=9)
+    train_ax.set_ylabel("µs per target token")
+    decode_ax.set_title("greedy decoding, bf16: ms per step\n(each step attends to the whole source)", fontsize=9)
+    decode_ax.set_ylabel("ms per decoding step")
+    for ax in (train_ax, decode_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xlabel("source = target length (tokens), 8 sentences")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    lines = train_ax.get_legend_handles_labels()[0] + share_ax.get_legend_handles_labels()[0]
+    train_ax.legend(lines, [line.get_label() for line in lines], fontsize=8, loc="upper center")
+    decode_ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def section_epoch(args) -> list[dict]:
@@ -414,11 +463,14 @@ def markdown(results: dict) -> str:
             )
         lines.append("")
     if results.get("length"):
-        lines += ["**Cost against length** (bf16, 8 sentences, source = target length)", "",
-                  "| length | train step ms ours | Marian | ratio | greedy ms/step ours | Marian | ratio |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += ["**Cost against length** (bf16, 8 sentences, source = target length; attention: its share of the "
+                  "training step's FLOPs)", "",
+                  "| length | attention | train step ms ours | Marian | ratio | µs per target token ours | Marian | "
+                  "greedy ms/step ours | Marian | ratio |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in results["length"]:
             lines.append(
-                f"| {r['length']} | {r['ours_train_ms']:.0f} | {r['marian_train_ms']:.0f} | {r['train_ratio']:.2f} | "
+                f"| {r['length']} | {100 * r['attention_flop_share']:.0f} % | {r['ours_train_ms']:.0f} | {r['marian_train_ms']:.0f} | "
+                f"{r['train_ratio']:.2f} | {r['ours_train_us_per_token']:.0f} | {r['marian_train_us_per_token']:.0f} | "
                 f"{r['ours_ms_per_step']:.1f} | {r['marian_ms_per_step']:.1f} | {r['generate_ratio']:.2f} |"
             )
         lines.append("")
@@ -466,6 +518,8 @@ def main(argv: list[str] | None = None) -> dict:
     stem = "speed" if args.sections == sections else "speed-" + "-".join(args.sections)
     (args.output / f"{stem}.json").write_text(json.dumps(results, indent=2))
     (args.output / f"{stem}.md").write_text(markdown(results))
+    if results.get("length"):
+        draw_length(results["length"], args.output / (f"{stem}.png" if stem.endswith("-length") else f"{stem}-length.png"))
     print(markdown(results))
     return results
 

@@ -23,6 +23,7 @@ def test_flop_formula_counts_linear_layers_and_attention():
     linear = (128 + 32) * 3 + (160 + 40) * 2
     attention = 4 * 4 * (9 + 4 + 6) / 2
     assert speed.model_flops(size, 1, 3, 2) == 6 * (linear + attention)
+    assert speed.flop_parts(size, 1, 3, 2) == (6 * linear, 6 * attention)
 
 
 def test_both_models_get_the_optimizer_their_trainers_use():
@@ -52,8 +53,16 @@ def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
     assert all(r["ours_peak_mb"] > 0 and r["marian_peak_mb"] > 0 for r in saved["memory"])
     assert {(r["beams"], r["batch"]) for r in saved["generate"]} == {(1, 1), (1, 32), (4, 1), (4, 32)}
     assert [r["length"] for r in saved["length"]] == [16, 32]
+    shares = [r["attention_flop_share"] for r in saved["length"]]
+    assert 0 < shares[0] < shares[1] < 1  # attention's share grows with length
+    for row in saved["length"]:
+        assert math.isclose(row["ours_train_us_per_token"], 1e3 * row["ours_train_ms"] / (8 * row["length"]), rel_tol=1e-9)
+    from PIL import Image
+
+    with Image.open(tmp_path / "speed-length.png") as picture:  # the cost-against-length picture
+        assert picture.format == "PNG" and picture.width > 800 and picture.height > 300
     table = (tmp_path / "speed.md").read_text()
-    assert "Training step" in table and "Generation" in table and "ours / Marian" in table
+    assert "Training step" in table and "Generation" in table and "ours / Marian" in table and "µs per target token" in table
     if results["epoch"]:  # needs Multi30k beside the repository
         batchings = {r["batching"]: r for r in results["epoch"]}
         assert len(batchings) == 2 and all(r["target_tokens"] > 0 for r in batchings.values())
