@@ -351,7 +351,7 @@ def draw_length(rows: list[dict], path: Path) -> Path:
     share_ax.plot(lengths, [100 * r["attention_flop_share"] for r in rows], "s--", color="0.5", label="attention's share of the FLOPs")
     share_ax.set_ylim(0, 100)
     share_ax.set_ylabel("attention's share of the step's FLOPs (%)", color="0.4")
-    train_ax.set_title("training step, bf16: µs per target token\n(flat: linear in length; rising: the n² of attention)", fontsize=9)
+    train_ax.set_title("training step, bf16: µs per target token\n(falling: fixed costs shared by more tokens; rising: attention's n²)", fontsize=9)
     train_ax.set_ylabel("µs per target token")
     decode_ax.set_title("greedy decoding, bf16: ms per step\n(each step attends to the whole source)", fontsize=9)
     decode_ax.set_ylabel("ms per decoding step")
