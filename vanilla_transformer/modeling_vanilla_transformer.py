@@ -693,23 +693,17 @@ class VanillaTransformerSourceLengthLimit(LogitsProcessor):
         self.eos_token_id = eos_token_id
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        last = self._last_allowed(input_ids)
-        return self._force_eos(scores.clone(), last) if last.any() else scores  # a copy only when it changes
+        return self.mask_(input_ids, scores, copy=True)
 
-    def mask_(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        """``__call__``, written into ``scores``."""
-        last = self._last_allowed(input_ids)
-        return self._force_eos(scores, last) if last.any() else scores
-
-    def _last_allowed(self, input_ids: torch.LongTensor) -> torch.Tensor:
-        """Rows for which this token is the last one allowed."""
+    def mask_(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, copy: bool = False) -> torch.FloatTensor:
+        """``__call__``, written into ``scores`` (``copy``: into a copy, made only when a row changes)."""
         generated = input_ids.shape[1] - 1  # every row starts with decoder_start_token_id
         limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
-        return generated + 1 >= limits
-
-    def _force_eos(self, scores: torch.FloatTensor, rows: torch.Tensor) -> torch.FloatTensor:
-        scores[rows] = -float("inf")
-        scores[rows, self.eos_token_id] = 0.0
+        last = generated + 1 >= limits  # this token is the last one allowed
+        if last.any():
+            scores = scores.clone() if copy else scores
+            scores[last] = -float("inf")
+            scores[last, self.eos_token_id] = 0.0
         return scores
 
 
