@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Development set-up used by the README's two commands: a virtual environment in .venv with the
-# CPU build of torch pinned (an open-ended `torch` requirement would pull a multi-GB CUDA build)
+# CPU build of torch pinned (an open-ended `torch` requirement would pull a multi-GB CUDA build),
+# transformers pinned to a release the model's fast paths were tested with (see TESTED_TRANSFORMERS_VERSIONS
+# in vanilla_transformer/generation_vanilla_transformer.py; pyproject.toml keeps the honest range),
 # and this package installed in editable mode with its `dev` extra.
 # The environment is reused when its inputs (this script and pyproject.toml) have not changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_PIN="torch==2.13.0"
+TRANSFORMERS_PIN="transformers==5.24.0"
 VENV=.venv
 stamp_inputs() { cat scripts/setup.sh pyproject.toml | sha256sum | cut -d' ' -f1; }
 want=$(stamp_inputs)
@@ -20,6 +23,6 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet "$TORCH_PIN"
-"$VENV/bin/python" -m pip install --quiet -e ".[dev]" "$TORCH_PIN"
+"$VENV/bin/python" -m pip install --quiet -e ".[dev]" "$TORCH_PIN" "$TRANSFORMERS_PIN"
 echo "$want" > "$VENV/.setup-stamp"
 echo "Environment ready: $("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"
