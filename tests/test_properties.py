@@ -175,8 +175,10 @@ def test_each_row_of_a_padded_batch_gives_the_logits_of_the_row_alone(case):
 @PROPERTY_SETTINGS
 @given(case=cases())
 def test_save_and_reload_give_bit_identical_weights_and_logits(case):
-    """``save_pretrained`` then ``from_pretrained``: every tensor of the state dict and the logits are
-    bit-identical (tolerance 0)."""
+    """``save_pretrained`` then ``from_pretrained``: every tensor of the state dict is bit-identical
+    (tolerance 0), and so are the logits once the weights sit in memory aligned as the original's:
+    transformers keeps loaded weights as views into the safetensors file, 8-byte aligned, and CPU matmul
+    kernels may round the last bit differently for other alignments (seen: 3e-7)."""
     model = case.model()
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
@@ -187,6 +189,8 @@ def test_save_and_reload_give_bit_identical_weights_and_logits(case):
     for name, tensor in before.items():
         assert after[name].dtype == tensor.dtype and torch.equal(after[name], tensor), name
     with torch.no_grad():
+        for parameter in loaded.parameters():
+            parameter.data = parameter.data.clone()  # fresh, aligned memory; tied weights stay one tensor
         assert torch.equal(loaded(**case.inputs()).logits, model(**case.inputs()).logits)
 
 
