@@ -167,129 +167,6 @@ def test_generation_with_and_without_cache_is_token_identical(num_beams):
     assert torch.equal(with_cache, without)
 
 
-def test_beam_search_leaving_cross_attention_caches_unreordered_changes_nothing(monkeypatch):
-    """Our _reorder_cache moves only the self-attention keys/values; transformers' default moves the
-    cross-attention ones too. Same tokens and scores on a padded batch of different sentences."""
-    from transformers import EncoderDecoderCache
-
-    model = tiny_model()
-    src = random_ids(3, 7)
-    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
-    kwargs = dict(attention_mask=mask, num_beams=4, max_new_tokens=10, output_scores=True, return_dict_in_generate=True)
-    moved = []
-    original = EncoderDecoderCache.reorder_cache
-    monkeypatch.setattr(EncoderDecoderCache, "reorder_cache", lambda self, idx: moved.append(1) or original(self, idx))
-    ours = model.generate(src, **kwargs)
-    assert not moved  # ours ran, not the default
-    monkeypatch.delattr(VanillaTransformerForConditionalGeneration, "_reorder_cache")
-    default = model.generate(src, **kwargs)
-    assert moved  # the default reordered both caches
-    assert torch.equal(ours.sequences, default.sequences)
-    assert torch.allclose(ours.sequences_scores, default.sequences_scores)
-
-
-def test_beam_search_cache_layer_reordering_as_it_grows_equals_transformers_layer():
-    """Reorderings recorded and applied at the next update (two in a row composed) give DynamicLayer's
-    keys and values, which reorders at once and concatenates."""
-    from transformers.cache_utils import DynamicLayer
-
-    from vanilla_transformer.modeling_vanilla_transformer import _BeamSearchSelfAttentionLayer
-
-    ours, plain = _BeamSearchSelfAttentionLayer(), DynamicLayer()
-    g = torch.Generator().manual_seed(0)
-    orders = [[], [torch.tensor([1, 1, 0, 3, 2, 2])], [torch.tensor([5, 4, 3, 2, 1, 0]), torch.tensor([0, 0, 1, 1, 4, 4])], []]
-    for step, reorders in enumerate(orders):
-        key, value = torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g), torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g)
-        got, expected = ours.update(key, value), plain.update(key, value)
-        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), step
-        for order in reorders:
-            ours.reorder_cache(order)
-            plain.reorder_cache(order)
-    assert ours.get_seq_length() == plain.get_seq_length() == 5
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        dict(num_beams=4),  # the paper's per-sentence limit: source length + source_length_offset
-        dict(num_beams=4, max_new_tokens=9, min_new_tokens=2, early_stopping=False, length_penalty=0.0),
-        dict(num_beams=3, max_new_tokens=8, min_length=4, early_stopping="never", length_penalty=-0.5, num_return_sequences=2),
-        dict(num_beams=4, max_new_tokens=12, early_stopping="never", length_penalty=0.6),
-    ],
-)
-def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch, options):
-    import vanilla_transformer.modeling_vanilla_transformer as modeling
-
-    model = tiny_model()
-    with torch.no_grad():  # make </s> likely enough that some hypotheses end early and others do not
-        direction = torch.randn(32, generator=torch.Generator().manual_seed(1))
-        model.model.decoder.layers[-1].final_layer_norm.bias.copy_(0.3 * direction)
-        model.model.shared.weight[EOS] = 3 * direction / direction.norm()
-    model.generation_config.source_length_offset = 3
-    src = random_ids(4, 7, seed=5)
-    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4, [1] * 6 + [0]])
-    fast = model.generate(src, attention_mask=mask, **options)
-    applied = []
-    check = modeling._in_place_beam_search_applies
-    monkeypatch.setattr(modeling, "_in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False)
-    plain = model.generate(src, attention_mask=mask, **options)  # transformers' own loop
-    assert applied == [True]  # the first call took the in-place loop
-    assert torch.equal(fast, plain)
-    assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
-
-
-@pytest.mark.parametrize("n", [244, 4 * 8000, 4 * 37000 + 3, 70])
-def test_top_k_through_chunk_maxima_equals_torch_topk(n):
-    from vanilla_transformer.modeling_vanilla_transformer import _top_k
-
-    g = torch.Generator().manual_seed(n)
-    scores = torch.randn(6, 1, n, generator=g)
-    scores[1, 0, torch.randperm(n, generator=g)[:5]] += 10  # the largest values crowded into a few places
-    scores[2, 0, : n - 60] -= 20  # ... or all in the last, shorter chunk
-    values, indices = _top_k(scores, 8)
-    expected_values, expected_indices = torch.topk(scores.flatten(1), 8)
-    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
-    # ties (masked scores): the same values, each index pointing at its value, no index twice
-    scores[3, 0, 3:] = -math.inf  # a row with 3 finite scores, as when </s> is forced
-    scores[4] = scores[4].round()  # many equal values
-    values, indices = _top_k(scores, 8)
-    assert torch.equal(values, torch.topk(scores.flatten(1), 8).values)
-    assert torch.equal(scores.flatten(1).gather(1, indices), values)
-    assert all(len(set(row)) == 8 for row in indices.tolist())
-
-
-@pytest.mark.parametrize("n", [1000, 1024, 37, 4])  # 4: too few chunks, a plain top-k of the sums
-def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
-    """Beam search's use: log-probabilities [sentences, beams, vocab] plus each beam's score, top 8 over
-    beams × vocabulary; the offsets reach the sums without the sums' full tensor."""
-    from vanilla_transformer.modeling_vanilla_transformer import _top_k
-
-    g = torch.Generator().manual_seed(n)
-    scores = torch.randn(5, 4, n, generator=g).log_softmax(-1)
-    offsets = torch.randn(5, 4, generator=g) * 3
-    offsets[0, 1:] = -1e9  # the first step: only beam 0 is live
-    offsets[1] = torch.tensor([0.0, -0.5, -30.0, -0.25])  # one beam far behind, its best chunks never chosen
-    scores[2, 3, -5:] += 40  # the best sums in one beam's tail
-    values, indices = _top_k(scores, 8, offsets=offsets)
-    expected_values, expected_indices = torch.topk((scores + offsets[..., None]).flatten(1), 8)
-    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
-
-
-def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():
-    from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
-
-    import vanilla_transformer.modeling_vanilla_transformer as modeling
-
-    config, kwargs = tiny_model().generation_config, {"use_cache": True}
-    assert modeling._in_place_beam_search_applies(LogitsProcessorList([]), config, False, kwargs)
-    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), config, False, kwargs)
-    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([]), config, True, kwargs)  # synced GPUs
-    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([]), config, False, {"use_cache": False})
-    with_scores = copy.deepcopy(config)
-    with_scores.return_dict_in_generate = True
-    assert not modeling._in_place_beam_search_applies(LogitsProcessorList([]), with_scores, False, kwargs)
-
-
 def test_cross_attention_keys_are_computed_once_and_reused(model):
     calls = []
     layer = model.model.decoder.layers[0].encoder_attn
@@ -298,46 +175,6 @@ def test_cross_attention_keys_are_computed_once_and_reused(model):
     handle.remove()
     assert len(calls) == 1
 
-
-
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
-def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_outputs(attn):
-    """Beam search gives the decoder one encoder row per sentence for its k beams (consecutive rows):
-    logits, cross-attention weights and cached decoding equal those with the encoder rows repeated."""
-    model = tiny_model()
-    model.set_attn_implementation(attn)
-    src, tgt = random_ids(3, 7), random_ids(12, 5, seed=1)
-    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
-    encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
-    outputs = {}
-    for name, (hidden, src_mask) in {"shared": (encoder_hidden, mask), "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0))}.items():
-        full = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=attn == "eager")
-        cache, steps = None, []
-        for t in range(tgt.shape[1]):
-            step = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
-            cache, _ = step.cache, steps.append(step.logits)
-        outputs[name] = (full, torch.cat(steps, 1), cache.cross_attention_cache.layers[0].keys.shape[0])
-    (shared, shared_steps, shared_rows), (repeated, repeated_steps, repeated_rows) = outputs["shared"], outputs["repeated"]
-    assert torch.allclose(shared.logits, repeated.logits, atol=1e-5)
-    assert torch.allclose(shared_steps, repeated_steps, atol=1e-5) and torch.allclose(shared_steps, shared.logits, atol=1e-5)
-    assert (shared_rows, repeated_rows) == (3, 12)  # cross-attention keys kept once per sentence
-    if attn == "eager":
-        for a, b in zip(shared.cross_attentions, repeated.cross_attentions):
-            assert a.shape == (12, 4, 5, 7) and torch.allclose(a, b, atol=1e-6)
-
-
-def test_decoder_rows_must_be_a_multiple_of_the_encoder_rows(model):
-    encoder_outputs = model.get_encoder()(input_ids=random_ids(3, 6))
-    with pytest.raises(ValueError, match="Decoder batch size 5 is not a multiple of the encoder output's 3"):
-        model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(5, 2))
-
-
-def test_beam_search_projects_cross_attention_keys_once_per_sentence(model):
-    rows = []
-    handle = model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, out: rows.append(out.shape[0]))
-    model.generate(random_ids(3, 5), num_beams=4, max_new_tokens=6, min_new_tokens=6)
-    handle.remove()
-    assert rows == [3]  # one projection, of the 3 sentences (not of 3 × 4 beams)
 
 
 # ------------------------------------------------------------------ eager vs sdpa
@@ -392,7 +229,7 @@ def test_loss_is_mean_cross_entropy_over_labels_that_are_not_ignored(model):
 def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
     """skip_logits=True (block-wise linear + cross-entropy, gradients computed block by block) gives
     the loss, the NLL and every parameter gradient of the plain path; several blocks, ignored labels."""
-    from vanilla_transformer.modeling_vanilla_transformer import linear_cross_entropy_sums
+    from vanilla_transformer.kernels_vanilla_transformer import linear_cross_entropy_sums
 
     src, labels = random_ids(3, 7), random_ids(3, 6, seed=1)
     labels[0, 2:] = -100
@@ -416,57 +253,6 @@ def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
     with torch.no_grad():
         untracked = linear_cross_entropy_sums(hidden, weight, targets, 0.1)
     assert torch.allclose(torch.stack(full), torch.stack(untracked), rtol=1e-6)
-
-
-@pytest.mark.parametrize("block_columns", [7, 32, 61, 256])
-def test_linear_cross_entropy_in_vocabulary_blocks_equals_cross_entropy(block_columns):
-    """Any block size (uneven last block, one block, a block wider than the vocabulary) gives
-    F.cross_entropy's sums and gradients, ignored labels included, gold ids in every block."""
-    from vanilla_transformer.modeling_vanilla_transformer import linear_cross_entropy_sums
-
-    torch.manual_seed(0)
-    hidden, weight = torch.randn(12, 16, requires_grad=True), torch.randn(61, 16, requires_grad=True)
-    targets = torch.tensor([0, 6, 7, 13, 31, 32, 60, -100, 45, 59, -100, 1])
-    smoothed, nll = linear_cross_entropy_sums(hidden * 3, weight, targets, 0.1, block_columns=block_columns)
-    smoothed.backward()
-    mine = hidden.grad.clone(), weight.grad.clone()
-    hidden.grad = weight.grad = None
-    logits = (hidden * 3) @ weight.T
-    expected = F.cross_entropy(logits, targets, label_smoothing=0.1, reduction="sum")
-    expected.backward()
-    assert smoothed.item() == pytest.approx(expected.item(), rel=1e-5)
-    assert nll.item() == pytest.approx(F.cross_entropy(logits, targets, reduction="sum").item(), rel=1e-5)
-    assert torch.allclose(mine[0], hidden.grad, atol=1e-5) and torch.allclose(mine[1], weight.grad, atol=1e-5)
-    assert mine[0][targets == -100].abs().max() == 0
-
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_linear_cross_entropy_with_a_workspace_is_bit_identical_and_reuses_it(monkeypatch, dtype):
-    """Logits kept between the two passes (in a workspace) give the very sums and gradients of
-    computing them twice, under bf16 autocast too; the workspace is reused, and unused past its limit."""
-    import vanilla_transformer.modeling_vanilla_transformer as modeling
-
-    torch.manual_seed(0)
-    hidden, weight = torch.randn(12, 16, requires_grad=True), torch.randn(61, 16, requires_grad=True)
-    targets = torch.tensor([0, 6, 7, 13, 31, 32, 60, -100, 45, 59, -100, 1])
-
-    def run(workspace):
-        hidden.grad = weight.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            smoothed, nll = modeling.linear_cross_entropy_sums(hidden * 3, weight, targets, 0.1, block_columns=16, workspace=workspace)
-        smoothed.backward()
-        return smoothed.detach(), nll, hidden.grad.clone(), weight.grad.clone()
-
-    workspace = {}
-    plain, kept = run(None), run(workspace)
-    assert all(torch.equal(a, b) for a, b in zip(plain, kept))
-    buffer = workspace["logits"]
-    assert buffer.dtype == dtype and buffer.numel() == 10 * 61  # the 10 counted tokens' logits
-    assert all(torch.equal(a, b) for a, b in zip(plain, run(workspace))) and workspace["logits"] is buffer  # reused
-    monkeypatch.setattr(modeling, "LOSS_WORKSPACE_BYTES", 10 * 61 * buffer.itemsize - 1)
-    small = {}
-    assert all(torch.equal(a, b) for a, b in zip(plain, run(small))) and not small  # over the limit: not used
 
 
 def test_model_keeps_its_loss_workspace_in_training_only():
@@ -506,46 +292,6 @@ def test_dropout_is_active_in_training_and_off_in_eval():
     model.train()
     assert not torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
 
-
-
-@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
-def test_cpu_dropout_mask_has_the_keep_rate_scale_and_independence_of_dropout(p):
-    from vanilla_transformer.modeling_vanilla_transformer import _cpu_keep_mask
-
-    torch.manual_seed(0)
-    n = 1 << 20
-    mask = _cpu_keep_mask(torch.Size([n]), p, torch.float32).double()
-    kept = mask > 0
-    scale = mask[kept].unique()
-    assert len(scale) == 1 and scale.item() == pytest.approx(1 / (1 - p), rel=2e-5)  # one value: 1/(1-p)
-    sigma = math.sqrt(p * (1 - p) / n)
-    assert abs(kept.double().mean().item() - (1 - p)) < 5 * sigma  # keep rate 1-p
-    assert abs(mask.mean().item() - 1) < 5 * sigma / (1 - p)  # expectation unchanged
-    # neighbours come from the same 64-bit draw (4 per draw): their decisions must be independent
-    for lag in (1, 2, 3, 4):
-        both = (kept[:-lag] & kept[lag:]).double().mean().item()
-        assert abs(both - (1 - p) ** 2) < 5 * math.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / n)
-    by_position = kept.view(-1, 4).double().mean(0)  # each of the four 16-bit chunks of a draw
-    assert torch.all((by_position - (1 - p)).abs() < 5 * sigma * 2)
-
-
-def test_cpu_dropout_on_a_residual_equals_adding_the_dropped_output():
-    from vanilla_transformer.modeling_vanilla_transformer import _dropout
-
-    x, residual = torch.randn(4, 7, 32, requires_grad=True), torch.randn(4, 7, 32)
-    torch.manual_seed(3)
-    summed = _dropout(x, 0.3, training=True, add_to=residual)
-    torch.manual_seed(3)
-    dropped = _dropout(x, 0.3, training=True)
-    assert torch.allclose(summed, residual + dropped, atol=1e-6)
-    kept = dropped != 0
-    assert 0.5 < kept.float().mean() < 0.9 and torch.allclose(dropped[kept], x[kept] / 0.7, rtol=1e-4)
-    (grad,) = torch.autograd.grad(summed.sum(), x)
-    assert torch.allclose(grad, kept / 0.7, rtol=1e-4)  # the gradient goes through the kept elements only
-    # dtypes as for `residual + dropout(x)`: a bf16 sub-layer output added to a float32 stream
-    assert _dropout(x.detach().bfloat16(), 0.1, training=True).dtype == torch.bfloat16
-    assert _dropout(x.detach().bfloat16(), 0.1, training=True, add_to=residual).dtype == torch.float32
-    assert _dropout(x, 0.3, training=False, add_to=residual).equal(x + residual)
 
 
 # ------------------------------------------------------------------ sizes of Table 3

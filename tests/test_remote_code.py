@@ -14,13 +14,23 @@ import torch
 from conftest import random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
+import vanilla_transformer
 import vanilla_transformer.training
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.evaluation import translate
 
 
-def test_saved_folder_has_auto_map_and_the_two_portable_files(tmp_path):
+PORTABLE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "generation_vanilla_transformer.py",
+    "kernels_vanilla_transformer.py",
+    "pipeline_vanilla_transformer.py",
+)
+
+
+def test_saved_folder_has_auto_map_and_the_portable_files(tmp_path):
     model = tiny_model()
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -30,8 +40,10 @@ def test_saved_folder_has_auto_map_and_the_two_portable_files(tmp_path):
         "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
         "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
     }
-    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "model.safetensors"):
+    for name in (*PORTABLE_FILES, "model.safetensors"):
         assert (tmp_path / name).is_file(), name
+        if name.endswith(".py"):  # the files travel unchanged
+            assert (tmp_path / name).read_bytes() == (Path(vanilla_transformer.__file__).parent / name).read_bytes()
     assert not (tmp_path / "__init__.py").exists()
 
 
@@ -54,9 +66,15 @@ def test_folder_loads_and_generates_identically_without_the_package(tmp_path):
         model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         assert model.lm_head.weight is model.model.shared.weight
+        # the folder's own generation file, whose in-place beam search runs here (a tested transformers)
+        generation = sys.modules[type(model).__module__.rsplit(".", 1)[0] + ".generation_vanilla_transformer"]
+        assert generation.in_place_beam_search_unavailable() is None
+        rows = []
+        model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, o: rows.append(o.shape[0]))
         src = torch.load({str(tmp_path / "src.pt")!r}, weights_only=True)
         torch.save({{"greedy": model.generate(src, max_new_tokens=10), "beam": model.generate(src)}},
                    {str(tmp_path / "out.pt")!r})
+        assert rows == [2, 2], rows  # greedy, then beam search with one encoder row per sentence
         base = AutoModel.from_pretrained(folder, trust_remote_code=True)
         assert type(base).__name__ == "VanillaTransformerModel"
         assert AutoConfig.from_pretrained(folder, trust_remote_code=True).model_type == "vanilla_transformer"
@@ -116,8 +134,7 @@ def test_the_folder_train_pushes_translates_without_the_package_through_auto_cla
     uploaded = sorted(p.name for p in snapshot.iterdir())
     assert uploaded == sorted(p.name for p in (run / "final").iterdir())
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "README.md", "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py",
-            "pipeline_vanilla_transformer.py"} <= set(uploaded)  # fmt: skip
+            "README.md", *PORTABLE_FILES} <= set(uploaded)  # fmt: skip
     assert json.loads((snapshot / "config.json").read_text())["custom_pipelines"]["vanilla-translation"]["impl"] == (
         "pipeline_vanilla_transformer.VanillaTranslationPipeline"
     )

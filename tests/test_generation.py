@@ -1,0 +1,251 @@
+"""The in-place beam search of generation_vanilla_transformer.py: the same tokens as transformers' own loop,
+its pieces against the plain operations they replace, and its fallback where it was not tested."""
+
+import copy
+import inspect
+import logging
+import math
+import re
+
+import pytest
+import torch
+import transformers
+from conftest import EOS, random_ids, tiny_model
+
+import vanilla_transformer.generation_vanilla_transformer as generation
+from vanilla_transformer.generation_vanilla_transformer import top_k
+
+
+def test_beam_search_cache_layer_reordering_as_it_grows_equals_transformers_layer():
+    """Reorderings recorded and applied at the next update (two in a row composed) give DynamicLayer's
+    keys and values, which reorders at once and concatenates."""
+    from transformers.cache_utils import DynamicLayer
+
+    from vanilla_transformer.generation_vanilla_transformer import BeamSearchSelfAttentionLayer
+
+    ours, plain = BeamSearchSelfAttentionLayer(), DynamicLayer()
+    g = torch.Generator().manual_seed(0)
+    orders = [[], [torch.tensor([1, 1, 0, 3, 2, 2])], [torch.tensor([5, 4, 3, 2, 1, 0]), torch.tensor([0, 0, 1, 1, 4, 4])], []]
+    for step, reorders in enumerate(orders):
+        key, value = torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g), torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g)
+        got, expected = ours.update(key, value), plain.update(key, value)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), step
+        for order in reorders:
+            ours.reorder_cache(order)
+            plain.reorder_cache(order)
+    assert ours.get_seq_length() == plain.get_seq_length() == 5
+
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(num_beams=4),  # the paper's per-sentence limit: source length + source_length_offset
+        dict(num_beams=4, max_new_tokens=9, min_new_tokens=2, early_stopping=False, length_penalty=0.0),
+        dict(num_beams=3, max_new_tokens=8, min_length=4, early_stopping="never", length_penalty=-0.5, num_return_sequences=2),
+        dict(num_beams=4, max_new_tokens=12, early_stopping="never", length_penalty=0.6),
+    ],
+)
+def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch, options):
+    model = tiny_model()
+    with torch.no_grad():  # make </s> likely enough that some hypotheses end early and others do not
+        direction = torch.randn(32, generator=torch.Generator().manual_seed(1))
+        model.model.decoder.layers[-1].final_layer_norm.bias.copy_(0.3 * direction)
+        model.model.shared.weight[EOS] = 3 * direction / direction.norm()
+    model.generation_config.source_length_offset = 3
+    src = random_ids(4, 7, seed=5)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4, [1] * 6 + [0]])
+    fast = model.generate(src, attention_mask=mask, **options)
+    applied = []
+    check = generation.in_place_beam_search_applies
+    monkeypatch.setattr(generation, "in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False)
+    plain = model.generate(src, attention_mask=mask, **options)  # transformers' own loop
+    assert applied == [True]  # the first call took the in-place loop
+    assert torch.equal(fast, plain)
+    assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
+
+
+
+@pytest.mark.parametrize("n", [244, 4 * 8000, 4 * 37000 + 3, 70])
+def test_top_k_through_chunk_maxima_equals_torch_topk(n):
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randn(6, 1, n, generator=g)
+    scores[1, 0, torch.randperm(n, generator=g)[:5]] += 10  # the largest values crowded into a few places
+    scores[2, 0, : n - 60] -= 20  # ... or all in the last, shorter chunk
+    values, indices = top_k(scores, 8)
+    expected_values, expected_indices = torch.topk(scores.flatten(1), 8)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+    # ties (masked scores): the same values, each index pointing at its value, no index twice
+    scores[3, 0, 3:] = -math.inf  # a row with 3 finite scores, as when </s> is forced
+    scores[4] = scores[4].round()  # many equal values
+    values, indices = top_k(scores, 8)
+    assert torch.equal(values, torch.topk(scores.flatten(1), 8).values)
+    assert torch.equal(scores.flatten(1).gather(1, indices), values)
+    assert all(len(set(row)) == 8 for row in indices.tolist())
+
+
+
+@pytest.mark.parametrize("n", [1000, 1024, 37, 4])  # 4: too few chunks, a plain top-k of the sums
+def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
+    """Beam search's use: log-probabilities [sentences, beams, vocab] plus each beam's score, top 8 over
+    beams × vocabulary; the offsets reach the sums without the sums' full tensor."""
+    g = torch.Generator().manual_seed(n)
+    scores = torch.randn(5, 4, n, generator=g).log_softmax(-1)
+    offsets = torch.randn(5, 4, generator=g) * 3
+    offsets[0, 1:] = -1e9  # the first step: only beam 0 is live
+    offsets[1] = torch.tensor([0.0, -0.5, -30.0, -0.25])  # one beam far behind, its best chunks never chosen
+    scores[2, 3, -5:] += 40  # the best sums in one beam's tail
+    values, indices = top_k(scores, 8, offsets=offsets)
+    expected_values, expected_indices = torch.topk((scores + offsets[..., None]).flatten(1), 8)
+    assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
+
+
+
+def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():
+    from transformers import DynamicCache, EncoderDecoderCache, LogitsProcessorList, NoRepeatNGramLogitsProcessor
+
+    config = tiny_model().generation_config
+    kwargs = {"use_cache": True, "cache": EncoderDecoderCache(DynamicCache(), DynamicCache())}
+    assert generation.in_place_beam_search_applies(LogitsProcessorList([]), config, False, kwargs)
+    assert not generation.in_place_beam_search_applies(LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), config, False, kwargs)
+    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), config, True, kwargs)  # synced GPUs
+    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), config, False, {"use_cache": False})
+    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), config, False, {**kwargs, "cache": DynamicCache()})
+    with_scores = copy.deepcopy(config)
+    with_scores.return_dict_in_generate = True
+    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), with_scores, False, kwargs)
+
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_outputs(attn):
+    """Beam search gives the decoder one encoder row per sentence for its k beams (consecutive rows):
+    logits, cross-attention weights and cached decoding equal those with the encoder rows repeated."""
+    model = tiny_model()
+    model.set_attn_implementation(attn)
+    src, tgt = random_ids(3, 7), random_ids(12, 5, seed=1)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+    outputs = {}
+    for name, (hidden, src_mask) in {"shared": (encoder_hidden, mask), "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0))}.items():
+        full = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=attn == "eager")
+        cache, steps = None, []
+        for t in range(tgt.shape[1]):
+            step = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
+            cache, _ = step.cache, steps.append(step.logits)
+        outputs[name] = (full, torch.cat(steps, 1), cache.cross_attention_cache.layers[0].keys.shape[0])
+    (shared, shared_steps, shared_rows), (repeated, repeated_steps, repeated_rows) = outputs["shared"], outputs["repeated"]
+    assert torch.allclose(shared.logits, repeated.logits, atol=1e-5)
+    assert torch.allclose(shared_steps, repeated_steps, atol=1e-5) and torch.allclose(shared_steps, shared.logits, atol=1e-5)
+    assert (shared_rows, repeated_rows) == (3, 12)  # cross-attention keys kept once per sentence
+    if attn == "eager":
+        for a, b in zip(shared.cross_attentions, repeated.cross_attentions):
+            assert a.shape == (12, 4, 5, 7) and torch.allclose(a, b, atol=1e-6)
+
+
+
+def test_decoder_rows_must_be_a_multiple_of_the_encoder_rows(model):
+    encoder_outputs = model.get_encoder()(input_ids=random_ids(3, 6))
+    with pytest.raises(ValueError, match="Decoder batch size 5 is not a multiple of the encoder output's 3"):
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(5, 2))
+
+
+
+def test_beam_search_projects_cross_attention_keys_once_per_sentence(model):
+    rows = []
+    handle = model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, out: rows.append(out.shape[0]))
+    model.generate(random_ids(3, 5), num_beams=4, max_new_tokens=6, min_new_tokens=6)
+    handle.remove()
+    assert rows == [3]  # one projection, of the 3 sentences (not of 3 × 4 beams)
+
+
+
+
+# ------------------------------------------------------------------ fails safe: only where it was tested
+def _eos_prone_model():
+    """A tiny model for which </s> is likely enough that some beams end early and others do not."""
+    model = tiny_model()
+    with torch.no_grad():
+        direction = torch.randn(32, generator=torch.Generator().manual_seed(1))
+        model.model.decoder.layers[-1].final_layer_norm.bias.copy_(0.3 * direction)
+        model.model.shared.weight[EOS] = 3 * direction / direction.norm()
+    model.generation_config.source_length_offset = 3
+    return model
+
+
+def _generate_counting_fast_steps(model, monkeypatch, **options):
+    """generate()'s tokens, and how many steps the in-place loop took (0: transformers' loop ran)."""
+    steps = []
+    monkeypatch.setattr(generation, "top_k", lambda *args, **kwargs: steps.append(1) or top_k(*args, **kwargs))
+    src = random_ids(4, 7, seed=5)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4, [1] * 6 + [0]])
+    tokens = model.generate(src, attention_mask=mask, **options)
+    monkeypatch.setattr(generation, "top_k", top_k)
+    return tokens, len(steps)
+
+
+def test_the_in_place_beam_search_runs_on_the_transformers_installed_here():
+    """The development set-up pins a tested transformers: there the fast path must be the one that runs."""
+    assert transformers.__version__ in generation.TESTED_TRANSFORMERS_VERSIONS
+    assert generation.in_place_beam_search_unavailable() is None
+    model = tiny_model()
+    rows = []
+    model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, out: rows.append(out.shape[0]))
+    model.generate(random_ids(3, 5), num_beams=4, max_new_tokens=4)
+    assert rows == [3]  # only the in-place loop gives the decoder one encoder row per sentence
+
+
+class _Messages(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def info_lines():
+    """The info-level lines the generation module logs during a test."""
+    logger, handler = logging.getLogger(generation.__name__), _Messages()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler.lines
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.mark.parametrize("untested", ["5.99.0", "a release with one private name renamed"])
+def test_where_untested_transformers_own_beam_search_gives_the_same_tokens(monkeypatch, info_lines, untested):
+    """(a) a transformers release not in TESTED_TRANSFORMERS_VERSIONS, (b) one private name missing:
+    transformers' own loop runs, says so once at info level, and gives the fast path's tokens."""
+    model = _eos_prone_model()
+    fast = {beams: _generate_counting_fast_steps(model, monkeypatch, num_beams=beams) for beams in (1, 4)}
+    assert fast[4][1] > 0  # the fast path ran for beam 4 (greedy never takes it)
+    if untested == "5.99.0":
+        monkeypatch.setattr(transformers, "__version__", untested)
+        reason = "transformers 5.99.0 is not among the tested releases"
+    else:
+        monkeypatch.setattr(generation, "PRIVATE_GENERATION_METHODS", (*generation.PRIVATE_GENERATION_METHODS, "_renamed"))
+        reason = "has no _renamed"
+    for beams in (1, 4):
+        tokens, fast_steps = _generate_counting_fast_steps(model, monkeypatch, num_beams=beams)
+        assert fast_steps == 0
+        assert torch.equal(tokens, fast[beams][0]), beams
+    assert (fast[4][0][:, 1:] == EOS).any()  # some beams ended: finished hypotheses were compared too
+    said = [line for line in info_lines if "In-place beam search off" in line]
+    assert len(said) == 1 and reason in said[0], info_lines
+
+
+def test_the_private_names_listed_are_exactly_those_the_loop_uses():
+    """PRIVATE_GENERATION_METHODS / _CONFIG_ATTRIBUTES must name every private transformers name the
+    in-place loop reads, so that a release renaming one of them turns the fast path off."""
+    source = inspect.getsource(generation.VanillaTransformerGenerationMixin._in_place_beam_search)
+    own = {name for name in vars(generation.VanillaTransformerGenerationMixin) if name.startswith("_")}
+    used_methods = set(re.findall(r"self\.(_[a-z]\w*)", source)) - own
+    used_config = set(re.findall(r"config\.(_[a-z]\w*)", source))
+    assert used_methods | {"_beam_search"} == set(generation.PRIVATE_GENERATION_METHODS)
+    assert used_config == set(generation.PRIVATE_GENERATION_CONFIG_ATTRIBUTES)
+    for name in generation.PRIVATE_GENERATION_METHODS:
+        assert hasattr(transformers.GenerationMixin, name), name

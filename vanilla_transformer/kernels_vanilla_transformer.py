@@ -1,0 +1,219 @@
+"""CPU fast paths for the model's training step, beside the paper's model file.
+
+Each function here equals a plain torch expression, named in its docstring with the test that proves
+it; the model file calls them where the paper applies the plain expression:
+
+* ``apply_dropout`` / ``dropout_add``: ``F.dropout(x)`` and ``residual + F.dropout(x)`` (§5.4). On a CPU the
+  mask comes from ``cpu_keep_mask``, cheaper than torch's own random numbers; elsewhere it is ``F.dropout``.
+* ``linear_cross_entropy_sums``: ``F.cross_entropy(hidden @ weight.T, labels, label_smoothing=ε)``
+  (§5.4) summed, computed a block of vocabulary columns at a time, never holding the full logits.
+
+Like the model file, this file travels to the Hub with every checkpoint (``trust_remote_code=True``):
+it imports only torch and the standard library. What each fast path saves, and what was tried and
+did not pay, is told in the project's ``docs/performance-log.md``.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+# --------------------------------------------------------------------------------------------
+# Dropout (§5.4)
+# --------------------------------------------------------------------------------------------
+def apply_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``F.dropout(x, p, training)``: zero each element with probability p, scale the rest by 1/(1-p).
+
+    On CPUs the mask comes from ``cpu_keep_mask`` and is applied in one product.
+    Tested by ``tests/test_kernels.py::test_dropout_equals_dropouts_rule``.
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p=p, training=True)
+    return x * cpu_keep_mask(x.shape, p, x.dtype)
+
+
+def dropout_add(residual: torch.Tensor, x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``residual + F.dropout(x, p, training)``, the residual connection of §3.1 with §5.4's dropout.
+
+    On CPUs: ``torch.addcmul(residual, x, mask)``, one pass. The result has the dtype of the plain sum
+    (a bf16 sub-layer output added to a float32 stream stays float32).
+    Tested by ``tests/test_kernels.py::test_dropout_add_equals_adding_the_dropped_output``.
+    """
+    if not training or p == 0.0:
+        return residual + x
+    if x.device.type != "cpu":
+        return residual + F.dropout(x, p=p, training=True)
+    mask = cpu_keep_mask(x.shape, p, torch.promote_types(x.dtype, residual.dtype))
+    return torch.addcmul(residual, x, mask)
+
+
+def cpu_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Tensor:
+    """Dropout's multiplier: 0 with probability p, else 1/(1-p), in ``dtype``, on the CPU.
+
+    Each draw of 64 random bits (``random_`` over the whole int64 range) gives four uniform 16-bit
+    integers, one per element, where ``torch.rand`` spends one draw per element. An element is dropped
+    when its integer is among the lowest ``round(p · 65536)`` of the 65,536 values, so p is used to
+    within 2⁻¹⁷, and kept elements are scaled by the exact inverse of the keep rate, so every element's
+    expectation is unchanged. Tested (keep rate, scale, expectation, independence of the four chunks
+    of a draw) by ``tests/test_kernels.py::test_cpu_keep_mask_has_dropouts_keep_rate_scale_and_independence``.
+    """
+    dropped = round(p * 65536)
+    numel = math.prod(shape)
+    bits = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # full 64-bit range
+    mask = torch.empty(shape, dtype=dtype)
+    torch.ge(bits.view(torch.int16)[:numel].view(shape), dropped - 32768, out=mask)  # 1 or 0; int16: -32768 … 32767
+    return mask.mul_(65536 / (65536 - dropped))
+
+
+# --------------------------------------------------------------------------------------------
+# Label-smoothed cross-entropy (§5.4) fused with the pre-softmax linear layer (§3.4)
+# --------------------------------------------------------------------------------------------
+#: The most logits (in bytes) a training step keeps between the two passes of ``LinearCrossEntropySums``,
+#: in a workspace its model holds while in training mode; above it, the second pass computes them again.
+LOSS_WORKSPACE_BYTES = 256 << 20
+
+
+class LinearCrossEntropySums(torch.autograd.Function):
+    """Sums of the label-smoothed cross-entropy and of the plain NLL of ``hidden @ weight.T``, computed
+    a block of vocabulary columns at a time, so that the [tokens, vocab] logits never exist in full.
+
+    With smoothing ε over a vocabulary of V, per target token with gold id y:
+    ``smoothed = lse(z) - (1-ε)·z_y - ε·mean(z)`` and ``nll = lse(z) - z_y``, exactly
+    ``F.cross_entropy(z, y, label_smoothing=ε)``; its gradient is ``softmax(z) - (1-ε)·onehot(y) - ε/V``.
+
+    Two passes over the column blocks. The first gathers each row's log-sum-exp (online, as flash
+    attention does), gold logit and sum of logits. The second computes each block's logits again, turns
+    them into gradients and applies them at once: ``grad_hidden += g @ w[cols]`` and
+    ``grad_weight[cols] = g.T @ hidden``. Blocks are columns, not rows, so that no block adds a whole
+    [vocab, d] product into ``grad_weight`` (Liger-Kernel's fused linear cross-entropy, Triton and
+    GPU-only, splits by rows). Given a ``workspace`` in which all the logits fit, the first pass keeps
+    them there and the second reads them back instead of repeating the matmul. Under autocast the
+    matmuls run in the autocast dtype and the softmax in float32, as autocast does for
+    ``lm_head`` + ``cross_entropy``. Rows whose label is -100 count for nothing.
+
+    Tested against ``F.cross_entropy`` (sums and gradients, any block size, fp32 and bf16, with and
+    without the workspace) in ``tests/test_kernels.py``.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, epsilon: float, block_columns: int, grads: bool, workspace: dict | None):
+        device_type, device = hidden.device.type, hidden.device
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
+        exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: float32 at least
+        need_hidden, need_weight = grads and ctx.needs_input_grad[0], grads and ctx.needs_input_grad[1]
+        keep = labels != -100
+        with torch.autocast(device_type, enabled=False):
+            h, w, y = hidden[keep].to(dtype), weight.to(dtype), labels[keep]
+            (rows, d), vocab = h.shape, weight.shape[0]
+            blocks = [slice(start, min(start + block_columns, vocab)) for start in range(0, vocab, block_columns)]
+            # Every block reuses the same buffers: on a CPU a fresh multi-megabyte tensor is fresh memory
+            # from the operating system, whose page faults cost as much as the arithmetic.
+            width = blocks[0].stop
+            low = torch.empty(rows * width, dtype=dtype, device=device)  # logits as the matmul gives them
+            high = low if exact == dtype else torch.empty(rows * width, dtype=exact, device=device)
+            scratch = torch.empty(rows * width, dtype=exact, device=device)
+
+            # The workspace (a dict its caller keeps between calls) holds all the logits when they fit in
+            # LOSS_WORKSPACE_BYTES; its memory is reused at every step for the same page-fault reason.
+            kept = None
+            if workspace is not None and (need_hidden or need_weight) and rows * vocab * dtype.itemsize <= LOSS_WORKSPACE_BYTES:
+                kept = workspace.get("logits")
+                if kept is None or kept.numel() < rows * vocab or kept.dtype != dtype or kept.device != device:
+                    kept = workspace["logits"] = torch.empty(rows * vocab, dtype=dtype, device=device)
+
+            def logits(cols: slice, again: bool = False) -> torch.Tensor:
+                """This block's [rows, columns] logits, in `exact` precision (`again`: the second pass)."""
+                n = cols.stop - cols.start
+                if kept is None:
+                    z = torch.mm(h, w[cols].T, out=low[: rows * n].view(rows, n))
+                else:
+                    z = kept[rows * cols.start : rows * cols.stop].view(rows, n)
+                    if not again:
+                        torch.mm(h, w[cols].T, out=z)
+                return z if high is low else high[: rows * n].view(rows, n).copy_(z)
+
+            def gold_index(cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+                """Which rows have their gold id in this block, and where (clamped for the others)."""
+                return (y >= cols.start) & (y < cols.stop), (y - cols.start).clamp(0, cols.stop - cols.start - 1)[:, None]
+
+            # pass 1: log-sum-exp (online), gold logit and sum of logits per row
+            running_max = torch.full((rows,), -float("inf"), dtype=exact, device=device)
+            running_sum, gold, logit_sum = (torch.zeros(rows, dtype=exact, device=device) for _ in range(3))
+            for cols in blocks:
+                z = logits(cols)
+                block_max = torch.maximum(running_max, z.amax(-1))
+                exps = torch.sub(z, block_max[:, None], out=scratch[: z.numel()].view_as(z)).exp_()
+                running_sum = running_sum * (running_max - block_max).exp() + exps.sum(-1)
+                running_max = block_max
+                inside, index = gold_index(cols)
+                gold += torch.where(inside, z.gather(-1, index).squeeze(-1), 0.0)
+                logit_sum += z.sum(-1)
+            lse = running_max + running_sum.log()
+            smoothed = (lse - (1 - epsilon) * gold - epsilon * logit_sum / vocab).sum().float()
+            nll = (lse - gold).sum().float()
+
+            # pass 2: each block's logits again, turned into gradients and applied at once
+            grad_hidden = grad_weight = None
+            if need_hidden or need_weight:
+                grad_kept = torch.zeros(rows, d, dtype=exact, device=device)
+                grad_weight = torch.empty(weight.shape, dtype=exact, device=device) if need_weight else None
+                product = torch.empty(max(rows, width) * d, dtype=dtype, device=device)  # matmul outputs to convert
+                for cols in blocks:
+                    g = logits(cols, again=True).sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # softmax - ε/V
+                    inside, index = gold_index(cols)
+                    g.scatter_add_(-1, index, ((epsilon - 1) * inside).to(exact)[:, None])
+                    n = g.shape[1]
+                    g = g if high is low else low[: g.numel()].view_as(g).copy_(g)  # back to the matmul dtype
+                    if need_hidden:
+                        grad_kept += torch.mm(g, w[cols], out=product[: rows * d].view(rows, d))
+                    if need_weight:
+                        grad_weight[cols] = torch.mm(g.T, h, out=product[: n * d].view(n, d))
+                if need_hidden:
+                    grad_hidden = torch.zeros_like(hidden)
+                    grad_hidden[keep] = grad_kept.to(hidden.dtype)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        ctx.mark_non_differentiable(nll)
+        return smoothed, nll
+
+    @staticmethod
+    def backward(ctx, grad_smoothed, grad_nll):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_hidden = grad_hidden * grad_smoothed.to(grad_hidden.dtype) if grad_hidden is not None else None
+        grad_weight = (grad_weight * grad_smoothed).to(ctx.weight_dtype) if grad_weight is not None else None
+        return grad_hidden, grad_weight, None, None, None, None, None
+
+
+def linear_cross_entropy_sums(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float = 0.0,
+    block_columns: int | None = None,
+    workspace: dict | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(F.cross_entropy(z, labels, label_smoothing=ε, reduction="sum"), F.cross_entropy(z, labels, reduction="sum"))``
+    for the logits ``z = hidden @ weight.T``, over the tokens whose label is not -100, without ``z``.
+
+    Args:
+        hidden: [..., d] last hidden states of the decoder.
+        weight: [vocab, d] the pre-softmax layer's weight.
+        labels: [...] gold ids, -100 where ignored.
+        label_smoothing: ε of §5.4.
+        block_columns: vocabulary entries per block; default about 1M logits per block, at least 256.
+        workspace: a dict the caller keeps between calls, where the logits are kept between the two
+            passes when they fit in ``LOSS_WORKSPACE_BYTES`` (the model keeps one in training mode).
+
+    Returns:
+        The two sums; only the first carries gradients. See ``LinearCrossEntropySums``.
+    """
+    hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).to(hidden.device)
+    block_columns = block_columns or max(256, (1 << 20) // max(1, hidden.shape[0]))
+    grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)  # none under no_grad
+    return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, grads, workspace)
+
+
+__all__ = ["LOSS_WORKSPACE_BYTES", "cpu_keep_mask", "apply_dropout", "dropout_add", "linear_cross_entropy_sums"]
