@@ -20,6 +20,11 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     assert (tmp_path / "my-transformer" / "model.safetensors").is_file()
 
 
+def test_readme_is_at_most_200_lines():
+    lines = len(README.splitlines())
+    assert lines <= 200, f"README.md has {lines} lines; keep it at most 200 and move details to docs/"
+
+
 def test_ci_runs_the_readme_test_command():
     commands = re.search(r"## Two commands.*?```bash\n(.*?)```", README, re.S).group(1)
     test_command = next(line.split("#")[0].strip() for line in commands.splitlines() if "test" in line)
