@@ -5,6 +5,7 @@ import errno
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -280,6 +281,13 @@ def test_the_wall_clock_budget_is_decided_by_all_processes_together():
     assert not _past_deadline(future, TwoProcesses(others=0.0))
 
 
+def _free_port() -> str:
+    """A port no one listens on now (a fixed one fails when another run of these tests holds it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
     common = ["--data", str(corpus), "--vocab-size", "400", "--model-json", json.dumps({**TINY_MODEL, "dropout": 0.0}),
               "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval-every", "1000",
@@ -289,7 +297,7 @@ def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_
     one = subprocess.run([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "2",
                           "--output-dir", str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
                           "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "1",
                           "--tokenizer", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
