@@ -25,11 +25,10 @@ from vanilla_transformer.finetuning import (
     build_trainer,
     finetune,
     make_training_arguments,
-    paper_learning_rate,
     prepare_datasets,
 )
+from vanilla_transformer.schedule import noam_learning_rate, peak_learning_rate
 from vanilla_transformer.tokenization import train_joint_bpe
-from vanilla_transformer.training import noam_learning_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 # One thread: tiny models gain nothing from a second one, and lose 10-100x when the other core is busy.
@@ -59,8 +58,8 @@ def tokenizer(pairs):
 
 def test_trainer_learning_rate_is_the_papers_formula_at_every_step(tokenizer, tmp_path):
     # The stated equality, for the paper's base model: peak = 512^-0.5 * 4000^-0.5.
-    assert paper_learning_rate(512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)
-    assert paper_learning_rate(512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-15)
+    assert peak_learning_rate(512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)
+    assert peak_learning_rate(512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-15)
 
     model = tiny_model(vocab_size=len(tokenizer))
     d_model, warmup, steps = model.config.d_model, 4000, 20_000

@@ -15,14 +15,9 @@ import torch
 from conftest import random_ids, tiny_model
 from safetensors.torch import load_file
 
-from vanilla_transformer.training import (
-    TrainConfig,
-    list_checkpoints,
-    make_optimizer_and_schedule,
-    noam_learning_rate,
-    resolve_mixed_precision,
-    train,
-)
+from vanilla_transformer.checkpoints import list_checkpoints
+from vanilla_transformer.schedule import make_optimizer_and_schedule, noam_learning_rate
+from vanilla_transformer.training import TrainConfig, resolve_mixed_precision, train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
@@ -51,9 +46,8 @@ def test_tensorboard_logging_writes_the_run_scalars(corpus, tmp_path):
 
 # ------------------------------------------------------------------ §5.3 / §5.4
 def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
-    config = TrainConfig(warmup_steps=4000)
     model = torch.nn.Linear(2, 2)
-    optimizer, schedule = make_optimizer_and_schedule(model, config, d_model=512)
+    optimizer, schedule = make_optimizer_and_schedule(model, d_model=512, warmup_steps=4000)
     worst = 0.0
     for step in range(20000):  # the scheduler's counter before update step+1
         expected = noam_learning_rate(step, 512, 4000)
@@ -67,10 +61,9 @@ def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
 def test_optimizer_is_the_papers_adam_through_torchs_fused_kernel():
     """§5.3's Adam (β1 0.9, β2 0.98, ε 1e-9), through the fused kernel on CPU: three updates equal
     those of torch's default (foreach) Adam with the same settings."""
-    config = TrainConfig(warmup_steps=2)
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4))
     reference, initial = copy.deepcopy(model), copy.deepcopy(model)
-    optimizer, schedule = make_optimizer_and_schedule(model, config, d_model=512)
+    optimizer, schedule = make_optimizer_and_schedule(model, d_model=512, warmup_steps=2)
     assert optimizer.defaults["fused"] and optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
     plain = torch.optim.Adam(reference.parameters(), lr=optimizer.param_groups[0]["lr"], betas=(0.9, 0.98), eps=1e-9, foreach=True)
     g = torch.Generator().manual_seed(0)

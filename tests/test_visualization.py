@@ -12,7 +12,8 @@ pytest.importorskip("matplotlib")
 from vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
 from vanilla_transformer.cli import main  # noqa: E402
 from vanilla_transformer.tokenization import train_joint_bpe  # noqa: E402
-from vanilla_transformer.training import TrainConfig, noam_learning_rate, train  # noqa: E402
+from vanilla_transformer.schedule import noam_learning_rate  # noqa: E402
+from vanilla_transformer.training import TrainConfig, train  # noqa: E402
 from vanilla_transformer.visualization import (  # noqa: E402
     FILES,
     attention_weights,

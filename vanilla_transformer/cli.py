@@ -33,7 +33,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from .training import TrainConfig, train
+    from .training import train
+    from .training_config import TrainConfig
 
     accepted = {*TRAIN_OPTIONS, "resume", "progress", "cpu", "push_to_hub"}
     overrides = {k: v for k, v in vars(args).items() if k in accepted and v is not None}
@@ -56,25 +57,21 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def average_command(args: argparse.Namespace) -> int:
-    from transformers import AutoModelForSeq2SeqLM
-
     from .checkpoints import average_into_model
+    from .loading import load_model
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    model = load_model(args.model)
     average_into_model(model, args.checkpoints)
     model.save_pretrained(args.output_dir)
     print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
     return 0
 
 
-def _load_for_inference(folder: str, device: str | None):
+def _device(name: str | None) -> str:
+    """``--device``, or the GPU when there is one."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device), tokenizer
+    return name or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _read_lines(path: str) -> list[str]:
@@ -84,8 +81,9 @@ def _read_lines(path: str) -> list[str]:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
+    from .loading import load_model_and_tokenizer
 
-    model, tokenizer = _load_for_inference(args.model, args.device)
+    model, tokenizer = load_model_and_tokenizer(args.model, device=_device(args.device))
     sources, references = _read_lines(args.source), _read_lines(args.reference)
     result = evaluate_model(
         model, tokenizer, sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
@@ -98,8 +96,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def translate_command(args: argparse.Namespace) -> int:
     from .evaluation import translate
+    from .loading import load_model_and_tokenizer
 
-    model, tokenizer = _load_for_inference(args.model, args.device)
+    model, tokenizer = load_model_and_tokenizer(args.model, device=_device(args.device))
     texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     for line in translate(model, tokenizer, texts, num_beams=args.num_beams, batch_size=args.batch_size):
         print(line)
@@ -107,14 +106,15 @@ def translate_command(args: argparse.Namespace) -> int:
 
 
 def visualize_command(args: argparse.Namespace) -> int:
-    from .visualization import draw_all, load_model_and_tokenizer
+    from .loading import load_model_and_tokenizer
+    from .visualization import draw_all
 
     if args.model is not None and args.source is None:
         print("visualize: --model needs --source (the sentence whose attention maps are drawn)", file=sys.stderr)
         return 2
     model = tokenizer = None
     if args.model is not None:
-        model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+        model, tokenizer = load_model_and_tokenizer(args.model, attn_implementation="eager", device=args.device or "cpu")
     try:
         paths = draw_all(args.output_dir, model, tokenizer, source=args.source, target=args.target, layer=args.layer,
                          heads=args.heads, num_beams=args.num_beams)  # fmt: skip
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", required=True, help="a saved model folder (model + tokenizer)")
         p.add_argument("--num-beams", type=int, default=None, help="default: the model's (paper: 4)")
         p.add_argument("--batch-size", type=int, default=32)
-        p.add_argument("--device", default=None)
+        p.add_argument("--device", default=None, help="default: the GPU if there is one, else the CPU")
         if name == "evaluate":
             p.add_argument("--source", required=True)
             p.add_argument("--reference", required=True)
