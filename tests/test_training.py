@@ -5,6 +5,7 @@ import errno
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import torch
 from conftest import random_ids, tiny_model
 from safetensors.torch import load_file
 
-from vanilla_transformer.checkpoints import list_checkpoints
+from vanilla_transformer.checkpoints import TIED_WEIGHTS_WARNING, list_checkpoints
 from vanilla_transformer.schedule import make_optimizer_and_schedule, noam_learning_rate
 from vanilla_transformer.training import TrainConfig, resolve_mixed_precision, train
 
@@ -133,6 +134,18 @@ def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path,
     saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert saved["mixed_precision"] == "no"
     assert "mixed precision `no`" in (tmp_path / "run" / "final" / "README.md").read_text()
+
+
+# ------------------------------------------------------------------ what a run shows
+def test_the_progress_bar_counts_steps_or_with_a_time_budget_seconds_of_it(corpus, tmp_path, capsys, caplog):
+    train(tiny_run(corpus, tmp_path / "steps", max_steps=2, save_every=1, test_split=None, progress=True))
+    bars = capsys.readouterr().err
+    assert re.search(r"training: 100%\|[^\n\r]*\| 2/2 ", bars), bars
+    train(tiny_run(corpus, tmp_path / "budget", max_steps=2, save_every=1, test_split=None, progress=True, max_minutes=10))
+    bars = capsys.readouterr().err
+    assert re.search(r"training, step 2: +\d+%\|[^\n\r]*\| \d+/600 s, loss=", bars), bars  # seconds of 10 minutes
+    assert not re.search(r"training: [^\n\r]*/1000000", bars)
+    assert TIED_WEIGHTS_WARNING not in caplog.text + bars  # four checkpoints were saved without it
 
 
 # ------------------------------------------------------------------ checkpoints and resume

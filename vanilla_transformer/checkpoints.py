@@ -30,7 +30,9 @@ the complete ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -294,7 +296,8 @@ def save_checkpoint(accelerator: Any, checkpoint_dir: Path, state: dict, keep: i
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
     try:
-        accelerator.save_state(str(tmp))
+        with tied_weights_warning_silenced():
+            accelerator.save_state(str(tmp))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             write_json_atomically(tmp / STATE_FILE, state)
@@ -317,6 +320,29 @@ def save_checkpoint(accelerator: Any, checkpoint_dir: Path, state: dict, keep: i
             _delete_atomically(old)
     accelerator.wait_for_everyone()
     return final
+
+
+#: What accelerate says at every save of a model with tied weights (logger ``accelerate.utils.other``).
+TIED_WEIGHTS_WARNING = "Removed shared tensor"
+
+
+@contextlib.contextmanager
+def tied_weights_warning_silenced():
+    """Drop accelerate's "Removed shared tensor ... while saving" warning for the duration, and nothing else.
+
+    The model shares one matrix between both embeddings and the output layer (§3.4): a saved file that
+    holds it once is what is meant, and the warning would otherwise print at every checkpoint.
+    """
+
+    def expected(record: logging.LogRecord) -> bool:
+        return TIED_WEIGHTS_WARNING not in record.getMessage()
+
+    logger = logging.getLogger("accelerate.utils.other")
+    logger.addFilter(expected)
+    try:
+        yield
+    finally:
+        logger.removeFilter(expected)
 
 
 def save_folder_atomically(folder: Path, write: Callable[[Path], Any]) -> None:

@@ -1,9 +1,18 @@
-"""Command line: ``vanilla-transformer <command> ...`` (also ``python -m vanilla_transformer``)."""
+"""Command line: ``vanilla-transformer <command> ...`` (also ``python -m vanilla_transformer``).
+
+Each command imports what it runs when it runs, so that ``--help`` answers at once.
+"""
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
+
+from transformers import HfArgumentParser
+
+from .training_config import TrainConfig, options_from_file
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -34,14 +43,8 @@ def demo(args: argparse.Namespace) -> int:
 
 def train_command(args: argparse.Namespace) -> int:
     from .training import train
-    from .training_config import TrainConfig
 
-    accepted = {*TRAIN_OPTIONS, "resume", "progress", "cpu", "push_to_hub"}
-    overrides = {k: v for k, v in vars(args).items() if k in accepted and v is not None}
-    if args.model_json:
-        overrides["model"] = json.loads(args.model_json)
-    config = TrainConfig.from_file(args.config, **overrides) if args.config else TrainConfig(**overrides)
-    summary = train(config)
+    summary = train(TrainConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(TrainConfig)}))
     if "final_dir" not in summary:  # not the main process: it saves and scores nothing
         return 0
     print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens in "
@@ -126,18 +129,9 @@ def visualize_command(args: argparse.Namespace) -> int:
     return 0
 
 
-TRAIN_OPTIONS = {
-    "data": str, "src_lang": str, "tgt_lang": str, "hub_config": str, "tokenizer": str, "vocab_size": int,
-    "preset": str, "init_from": str, "max_tokens": int, "gradient_accumulation": int, "max_steps": int,
-    "max_minutes": float, "warmup_steps": int, "lr_factor": float, "label_smoothing": float,
-    "max_grad_norm": float, "mixed_precision": str, "seed": int, "eval_every": int, "log_every": int,
-    "eval_bleu_sentences": int, "save_every": int, "keep_checkpoints": int, "average_last": int,
-    "output_dir": str, "log_with": str, "max_length": int, "attn_implementation": str, "attention_pictures": int,
-}  # fmt: skip
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
+def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The command line; ``train_defaults`` replace TrainConfig's defaults (the values of ``train --config``)."""
+    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("demo", help="train a tiny model on a toy task, save, reload and generate")
     p.add_argument("--output-dir", default="outputs/demo", help="where to save the model (default: %(default)s)")
@@ -146,18 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="also print the summary as JSON")
     p.set_defaults(func=demo)
 
-    p = commands.add_parser("train", help="train a translation model (the paper's recipe, on Accelerate)")
-    p.add_argument("--config", help="YAML or JSON file of training options; command-line options win")
-    for name, kind in TRAIN_OPTIONS.items():
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
-    p.add_argument("--model-json", help='model size overrides as JSON, e.g. \'{"d_model": 256}\'')
-    p.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
-    p.add_argument("--cpu", action="store_true", default=None, help="train on the CPU even if a GPU is present")
-    p.add_argument("--push-to-hub", dest="push_to_hub", metavar="REPO", default=None,
-                   help="at the end, upload the final folder (model, tokenizer, model card, pipeline) to this Hub "
-                        "model repository, e.g. your-name/vanilla-transformer-en-de (needs `hf auth login`)")  # fmt: skip
-    p.set_defaults(func=train_command)
+    # One option per TrainConfig field, with the field's help and default (HfArgumentParser reads them).
+    options = HfArgumentParser(TrainConfig, add_help=False)
+    options._option_string_actions["--no-progress"].help = "hide progress bars"  # it had --progress's help
+    p = commands.add_parser(
+        "train", parents=[options], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="train a translation model (the paper's recipe, on Accelerate)",
+        description="Train a translation model with the paper's recipe, on Accelerate (one CPU, one GPU or many). "
+        "The options below can also come from a YAML or JSON file (--config); those given here win over it.",
+    )  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="YAML or JSON file of these options; options given here win over it")
+    # HfArgumentParser gives --model its field's type, dict[str, Any], which cannot read text: it is JSON.
+    p.register("type", dict[str, Any], json.loads)
+    p.set_defaults(func=train_command, **(train_defaults or {}))
 
     p = commands.add_parser("average", help="average the weights of several checkpoints (§6.1)")
     p.add_argument("checkpoints", nargs="+", help="checkpoint folders (holding model.safetensors)")
@@ -197,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "config", None):  # train --config FILE: its values replace the defaults; options given win
+        args = build_parser(options_from_file(args.config)).parse_args(argv)
     return args.func(args)
 
 

@@ -167,6 +167,27 @@ def _attention_pictures(model, tokenizer, split: _Split, config: TrainConfig, ac
     draw_attention_maps(accelerator.unwrap_model(model), tokenizer, split.sources[i], folder, target=split.targets[i])
 
 
+def _progress_bar(config: TrainConfig, step: int, start_time: float, show: bool) -> tqdm:
+    """Steps out of ``max_steps``; with ``max_minutes``, seconds out of that budget, which is what stops
+    such a run (its ``max_steps`` is only a ceiling), and the step in the description."""
+    if config.max_minutes is None:
+        return tqdm(total=config.max_steps, initial=step, desc="training", disable=not show)
+    budget = config.max_minutes * 60
+    return tqdm(
+        total=budget, initial=min(time.monotonic() - start_time, budget), desc=f"training, step {step}",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}", disable=not show,
+    )  # fmt: skip
+
+
+def _advance(bar: tqdm, config: TrainConfig, step: int, start_time: float) -> None:
+    """Show that ``step`` is done: one step more, or the seconds spent so far and the step."""
+    if config.max_minutes is None:
+        bar.update(1)
+    else:
+        bar.set_description(f"training, step {step}", refresh=False)
+        bar.update(min(time.monotonic() - start_time, bar.total) - bar.n)
+
+
 def train(config: TrainConfig) -> dict:
     """Train, checkpoint, average the last checkpoints, save a Hub-ready folder; returns a summary.
 
@@ -266,8 +287,7 @@ def train(config: TrainConfig) -> dict:
     model.train()
     log(f"training from step {state['step']} to step {config.max_steps}"
         + (f" or {config.max_minutes:g} minutes" if config.max_minutes else ""))  # fmt: skip
-    show = config.progress and accelerator.is_local_main_process
-    bar = tqdm(total=config.max_steps, initial=state["step"], desc="training", disable=not show)
+    bar = _progress_bar(config, state["step"], start_time, show=config.progress and accelerator.is_local_main_process)
     deadline = start_time + config.max_minutes * 60 if config.max_minutes else None
     window = torch.zeros(3, dtype=torch.float64)  # smoothed-loss sum, NLL sum, tokens since the last record
     epoch_batches, batches_epoch = [], None
@@ -311,7 +331,7 @@ def train(config: TrainConfig) -> dict:
         state["loop_seconds"] = time.monotonic() - loop_start
         if state["step_in_epoch"] == steps_per_epoch:
             state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
-        bar.update(1)
+        _advance(bar, config, state["step"], start_time)
 
         if state["step"] >= config.max_steps:
             stop_reason = "max_steps"
