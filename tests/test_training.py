@@ -1,6 +1,5 @@
-"""The training recipe: schedule, smoothing, a real run that learns, exact resume, atomic checkpoints."""
+"""The training loop: smoothing, a real run that learns, exact resume, atomic checkpoints, progress, processes."""
 
-import copy
 import errno
 import json
 import math
@@ -17,8 +16,8 @@ from conftest import random_ids, tiny_model
 from safetensors.torch import load_file
 
 from vanilla_transformer.checkpoints import TIED_WEIGHTS_WARNING, list_checkpoints
-from vanilla_transformer.schedule import make_optimizer_and_schedule, noam_learning_rate
-from vanilla_transformer.training import TrainConfig, resolve_mixed_precision, train
+from vanilla_transformer.training import resolve_mixed_precision, train
+from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
@@ -45,42 +44,7 @@ def test_tensorboard_logging_writes_the_run_scalars(corpus, tmp_path):
     assert {"train_loss", "valid_loss", "lr"} <= set(scalars), scalars
 
 
-# ------------------------------------------------------------------ §5.3 / §5.4
-def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
-    model = torch.nn.Linear(2, 2)
-    optimizer, schedule = make_optimizer_and_schedule(model, d_model=512, warmup_steps=4000)
-    worst = 0.0
-    for step in range(20000):  # the scheduler's counter before update step+1
-        expected = noam_learning_rate(step, 512, 4000)
-        worst = max(worst, abs(schedule.get_last_lr()[0] - expected))
-        optimizer.step()
-        schedule.step()
-    assert worst < 1e-12
-    assert noam_learning_rate(4000, 512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)  # the peak
-
-
-def test_optimizer_is_the_papers_adam_through_torchs_fused_kernel():
-    """§5.3's Adam (β1 0.9, β2 0.98, ε 1e-9), through the fused kernel on CPU: three updates equal
-    those of torch's default (foreach) Adam with the same settings."""
-    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4))
-    reference, initial = copy.deepcopy(model), copy.deepcopy(model)
-    optimizer, schedule = make_optimizer_and_schedule(model, d_model=512, warmup_steps=2)
-    assert optimizer.defaults["fused"] and optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    plain = torch.optim.Adam(reference.parameters(), lr=optimizer.param_groups[0]["lr"], betas=(0.9, 0.98), eps=1e-9, foreach=True)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(3):
-        for p, q in zip(model.parameters(), reference.parameters()):
-            p.grad = torch.randn(p.shape, generator=g)
-            q.grad = p.grad.clone()
-        optimizer.step()
-        plain.step()
-        schedule.step()
-        plain.param_groups[0]["lr"] = optimizer.param_groups[0]["lr"]
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
-    assert not torch.equal(model[0].weight, initial[0].weight)  # the updates did move the weights
-
-
+# ------------------------------------------------------------------ §5.4
 @pytest.mark.parametrize("skip_logits", [False, True])
 def test_label_smoothing_matches_transformers_label_smoother(skip_logits):
     """The model's label-smoothed loss (both paths) equals transformers' LabelSmoother, the one
@@ -146,6 +110,22 @@ def test_the_progress_bar_counts_steps_or_with_a_time_budget_seconds_of_it(corpu
     assert re.search(r"training, step 2: +\d+%\|[^\n\r]*\| \d+/600 s, loss=", bars), bars  # seconds of 10 minutes
     assert not re.search(r"training: [^\n\r]*/1000000", bars)
     assert TIED_WEIGHTS_WARNING not in caplog.text + bars  # four checkpoints were saved without it
+
+
+def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
+    pytest.importorskip("matplotlib")
+    from vanilla_transformer.visualization import FILES
+
+    run = tmp_path / "run"
+    train(tiny_run(corpus, run, max_steps=2, eval_every=1, save_every=2, eval_bleu_sentences=0, test_split=None,
+                   attention_pictures=3))  # fmt: skip
+    for step in (1, 2):
+        folder = run / "pictures" / f"step-{step}"
+        assert sorted(p.name for p in folder.iterdir()) == sorted(FILES[k] for k in ("encoder", "decoder", "cross"))
+        for path in folder.iterdir():
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match=r"attention_pictures=100000.*valid: 0\.\."):
+        train(tiny_run(corpus, tmp_path / "bad", attention_pictures=100_000))
 
 
 # ------------------------------------------------------------------ checkpoints and resume
@@ -237,24 +217,6 @@ def test_resuming_with_another_model_size_says_so(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "run", max_steps=3))
     with pytest.raises(ValueError, match="Cannot resume.*shape"):
         train(tiny_run(corpus, tmp_path / "run", max_steps=6, resume=True, model={**TINY_MODEL, "d_model": 96}))
-
-
-@pytest.mark.parametrize(
-    "overrides, words",
-    [(dict(max_tokens=0), "max_tokens"), (dict(mixed_precision="fp8"), "mixed_precision"), (dict(label_smoothing=1.0), "label_smoothing")],
-)
-def test_out_of_range_options_are_rejected(overrides, words):
-    with pytest.raises(ValueError, match=words):
-        TrainConfig(**overrides)
-
-
-def test_options_from_yaml_and_unknown_keys(tmp_path):
-    (tmp_path / "run.yaml").write_text("max_steps: 7\nmodel:\n  d_model: 64\n")
-    config = TrainConfig.from_file(tmp_path / "run.yaml", seed=5)
-    assert (config.max_steps, config.model, config.seed) == (7, {"d_model": 64}, 5)
-    (tmp_path / "bad.yaml").write_text("max_stepz: 7\n")
-    with pytest.raises(ValueError, match="max_stepz"):
-        TrainConfig.from_file(tmp_path / "bad.yaml")
 
 
 def test_missing_corpus_fails_before_training(tmp_path):
