@@ -19,8 +19,7 @@ layer without a circle; ``tests/test_layers.py`` checks every import, including 
    ``generation_vanilla_transformer``, ``kernels_vanilla_transformer`` (every ``*_vanilla_transformer.py``
    imports only torch, transformers, huggingface_hub, safetensors, the standard library and, relatively,
    the others), and this ``__init__``
-3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``loading``, ``training_config``,
-   ``toy`` (a toy task for the ``demo`` command)
+3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``loading``, ``training_config``
 4. evaluation: ``evaluation``
 5. reporting: ``visualization``, ``cards``
 6. training: ``training`` (Accelerate) and ``finetuning`` (transformers' Seq2SeqTrainer)
