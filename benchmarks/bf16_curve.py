@@ -23,7 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vanilla_transformer.training import TrainConfig, train  # noqa: E402
+from vanilla_transformer.training import train  # noqa: E402
+from vanilla_transformer.training_config import TrainConfig  # noqa: E402
 
 # the model and recipe of benchmarks/multi30k.py (one process)
 MODEL = {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,

@@ -45,7 +45,7 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vanilla_transformer.training import CHECKPOINT_PREFIX, STATE_FILE, list_checkpoints  # noqa: E402
+from vanilla_transformer.checkpoints import CHECKPOINT_PREFIX, STATE_FILE, list_checkpoints  # noqa: E402
 
 MODEL = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
          "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "dropout": 0.1}  # fmt: skip

@@ -23,13 +23,17 @@ from pathlib import Path
 
 import torch
 
-from vanilla_transformer.cards import multi30k_train_config
 from vanilla_transformer.training import train
+from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-# The model is cards.MULTI30K_MODEL (the sizes of the MarianMTModel baseline: d 256, 3+3 layers, 4 heads,
-# d_ff 1024, joint 8k BPE) with this dropout. Every row of the results file records this recipe, and
-# vanilla_transformer.cards rebuilds the run's TrainConfig from it for the model card.
+# The sizes of the MarianMTModel baseline (with a joint 8k BPE).
+MODEL = {
+    "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024,
+}  # fmt: skip
+# Every row of the results file records this recipe, and scripts/make_model_cards.py rebuilds the run's
+# TrainConfig from it (train_config) for the model card.
 RECIPE = {
     "dropout": 0.3,  # the paper's P_drop for its big EN-DE model: an hour is ~50 epochs of this small corpus
     "max_tokens_per_step": 2500,  # padded tokens per side in one optimizer step, shared by the processes
@@ -44,11 +48,27 @@ RECIPE = {
 }
 
 
+def train_config(direction: str, minutes: float, recipe: dict, mixed_precision: str, processes: int, data: str,
+                 output_dir: str | None = None) -> TrainConfig:  # fmt: skip
+    """The TrainConfig that trains ``direction`` with ``recipe`` in each of ``processes`` (which share the
+    recipe's tokens per step)."""
+    src, tgt = direction.split("-")
+    return TrainConfig(
+        data=data, src_lang=src, tgt_lang=tgt, valid_split="validation", test_split="test_2016_flickr",
+        vocab_size=8000, model={**MODEL, "dropout": recipe["dropout"]},
+        max_tokens=recipe["max_tokens_per_step"] // processes,
+        warmup_steps=recipe["warmup_steps"], lr_factor=recipe["lr_factor"], max_steps=10**6, max_minutes=minutes,
+        eval_every=recipe["eval_every"], eval_bleu_sentences=100, save_every=recipe["save_every"], keep_checkpoints=5,
+        average_last=5, mixed_precision=mixed_precision,
+        output_dir=output_dir or f"outputs/multi30k-{direction}-{minutes:g}min",
+    )  # fmt: skip
+
+
 def run(direction: str, minutes: float, data: Path, output_root: Path, mixed_precision: str) -> dict:
     """Train and score one direction in this process (one of several under torchrun); the row of the results."""
     output_dir = str(output_root / f"multi30k-{direction}-{minutes:g}min")
     processes = int(os.environ.get("WORLD_SIZE", "1"))
-    summary = train(multi30k_train_config(direction, minutes, RECIPE, mixed_precision, processes, str(data), output_dir))
+    summary = train(train_config(direction, minutes, RECIPE, mixed_precision, processes, str(data), output_dir))
     row = {"direction": direction, "minutes": minutes, "mixed_precision": mixed_precision, "recipe": RECIPE,
            "processes": processes, "threads_per_process": torch.get_num_threads()}  # fmt: skip
     return {**row, **{k: summary.get(k) for k in ("step", "target_tokens", "loop_seconds", "test")}}

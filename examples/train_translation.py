@@ -15,7 +15,7 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.evaluation import score, translate
 from vanilla_transformer.tokenization import train_joint_bpe
-from vanilla_transformer.training import TrainConfig, make_optimizer_and_schedule
+from vanilla_transformer.schedule import make_optimizer_and_schedule
 
 
 def main(argv=None) -> dict:
@@ -47,8 +47,7 @@ def main(argv=None) -> dict:
     model = VanillaTransformerForConditionalGeneration(config)
 
     # 3. Adam(0.9, 0.98, 1e-9) with warm-up and inverse square-root decay (§5.3).
-    recipe = TrainConfig(warmup_steps=max(args.steps // 4, 1), lr_factor=0.7)
-    optimizer, schedule = make_optimizer_and_schedule(model, recipe, config.d_model)
+    optimizer, schedule = make_optimizer_and_schedule(model, config.d_model, warmup_steps=max(args.steps // 4, 1), lr_factor=0.7)
 
     # 4. Batches of similar lengths, capped in tokens (§5.1); label-smoothed loss (§5.4).
     sampler = TokenBucketBatchSampler(list(zip(train_set["src_len"], train_set["tgt_len"])), max_tokens=args.max_tokens)

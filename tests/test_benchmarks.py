@@ -31,11 +31,11 @@ def test_both_models_get_the_optimizer_their_trainers_use():
     fused AdamW (here without weight decay), the same kernel as the benchmark's fused Adam."""
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-    from vanilla_transformer.training import TrainConfig, make_optimizer_and_schedule
+    from vanilla_transformer.schedule import make_optimizer_and_schedule
 
     model = speed.build("ours", speed.SIZES["smoke"])
     optimizer = speed.adam(model)
-    ours, _ = make_optimizer_and_schedule(model, TrainConfig(), model.config.d_model)
+    ours, _ = make_optimizer_and_schedule(model, model.config.d_model)
     assert type(optimizer) is type(ours) and optimizer.defaults["fused"] and ours.defaults["fused"]
     trainer_class, trainer_kwargs = Seq2SeqTrainer.get_optimizer_cls_and_kwargs(Seq2SeqTrainingArguments(output_dir="unused"))
     assert trainer_class is torch.optim.AdamW and trainer_kwargs.get("fused") is True
@@ -94,7 +94,9 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     import os
     import subprocess
 
-    from vanilla_transformer import cards
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import make_model_cards
+    import multi30k
 
     data = tmp_path / "multi30k"
     data.mkdir()
@@ -113,8 +115,9 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     assert row["step"] >= 1 and 0 <= row["test"]["bleu"] <= 100 and row["test"]["n"] == 6
     assert row["command"].startswith("python benchmarks/multi30k.py --minutes 0.05")
     saved = json.loads((tmp_path / "out" / "multi30k-de-en-0.05min" / "train_config.json").read_text())
-    rebuilt = cards.multi30k_train_config("de-en", 0.05, row["recipe"], row["mixed_precision"], row["processes"],
-                                          str(data), str(tmp_path / "out" / "multi30k-de-en-0.05min"))  # fmt: skip
+    rebuilt = multi30k.train_config("de-en", 0.05, row["recipe"], row["mixed_precision"], row["processes"], str(data),
+                                    str(tmp_path / "out" / "multi30k-de-en-0.05min"))  # fmt: skip
     assert saved == dataclasses.asdict(rebuilt) and rebuilt.max_tokens == row["recipe"]["max_tokens_per_step"] // 2
-    card = cards.multi30k_cards(tmp_path / "results" / "multi30k-0.05min.json", root=tmp_path)["vanilla-transformer-multi30k-de-en-0.05min.md"]
+    cards = make_model_cards.multi30k_cards(tmp_path / "results" / "multi30k-0.05min.json", root=tmp_path)
+    card = cards["vanilla-transformer-multi30k-de-en-0.05min.md"]
     assert "× 2 data-parallel processes" in str(card) and f"| {row['test']['bleu']:.2f} |" in str(card)

@@ -1,11 +1,28 @@
-"""Checkpoint averaging (§6.1): exactness, tied weights, both checkpoint layouts, and the error messages."""
+"""Checkpoints: averaging (§6.1: exactness, tied weights, both layouts, error messages) and atomic saves.
+
+How saving behaves inside a training run (rotation, resume, a full disk, SIGKILL) is tested in
+test_training.py and test_kill_resume.py.
+"""
+
+import json
+import logging
 
 import pytest
 import torch
 from conftest import random_ids, tiny_model
 from safetensors.torch import load_file, save_file
 
-from vanilla_transformer.checkpoints import average_checkpoints, average_into_model
+from vanilla_transformer.checkpoints import (
+    TIED_WEIGHTS_WARNING,
+    average_checkpoints,
+    average_into_model,
+    incomplete_checkpoints,
+    list_checkpoints,
+    save_checkpoint,
+    save_folder_atomically,
+    tied_weights_warning_silenced,
+    write_json_atomically,
+)
 
 TIED = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
 
@@ -159,3 +176,59 @@ def test_average_into_model_rejects_other_architecture(two_checkpoints):
     a, _ = two_checkpoints
     with pytest.raises(ValueError, match=r"missing from the checkpoint: 'model\.decoder\.layers\.2\."):
         average_into_model(tiny_model(decoder_layers=3), [a])
+
+
+# ------------------------------------------------------------------------------------------------
+# Saving
+# ------------------------------------------------------------------------------------------------
+def test_a_save_does_not_warn_about_the_tied_weights_but_other_warnings_pass(tmp_path, caplog):
+    """Our model ties its embeddings and output layer on purpose (§3.4); accelerate warns about it at every
+    save. Only that warning is dropped, and only during our save."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(tiny_model())
+    logger = logging.getLogger("accelerate.utils.other")
+    with caplog.at_level(logging.WARNING):
+        accelerator.save_state(str(tmp_path / "plain"))
+    assert TIED_WEIGHTS_WARNING in caplog.text  # what accelerate says without the filter: the test can fail
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        for step in (1, 2, 3):
+            save_checkpoint(accelerator, tmp_path / "checkpoints", {"step": step}, keep=2)
+        with tied_weights_warning_silenced():
+            logger.warning("another warning from accelerate")
+        logger.warning(f"{TIED_WEIGHTS_WARNING} {{'lm_head.weight'}} while saving, outside our saves")
+    outside = f"{TIED_WEIGHTS_WARNING} {{'lm_head.weight'}} while saving, outside our saves"
+    assert caplog.messages == ["another warning from accelerate", outside]
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["checkpoint-2", "checkpoint-3"]
+    assert json.loads((tmp_path / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text()) == {"step": 3}
+
+
+def test_only_complete_checkpoints_are_listed_in_step_order(tmp_path):
+    for name in ("checkpoint-10", "checkpoint-9", "checkpoint-11", ".tmp-checkpoint-12", ".tmp-deleting-checkpoint-8"):
+        (tmp_path / name).mkdir()
+    for name in ("checkpoint-10", "checkpoint-9", ".tmp-checkpoint-12"):
+        write_json_atomically(tmp_path / name / "trainer_state.json", {"step": 0})
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-9", "checkpoint-10"]  # 11 has no state
+    assert [p.name for p in incomplete_checkpoints(tmp_path)] == [".tmp-checkpoint-12", ".tmp-deleting-checkpoint-8"]
+    assert list_checkpoints(tmp_path / "nowhere") == [] == incomplete_checkpoints(tmp_path / "nowhere")
+
+
+def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
+    def writer(name: str, fail: bool = False):
+        def write(tmp):
+            tmp.mkdir()
+            (tmp / name).write_text("written")
+            if fail:
+                raise RuntimeError("stopped half-way")
+
+        return write
+
+    folder = tmp_path / "final"
+    save_folder_atomically(folder, writer("old.txt"))
+    with pytest.raises(RuntimeError):
+        save_folder_atomically(folder, writer("new.txt", fail=True))
+    assert [p.name for p in folder.iterdir()] == ["old.txt"]  # the old folder is intact
+    save_folder_atomically(folder, writer("new.txt"))
+    assert [p.name for p in folder.iterdir()] == ["new.txt"]

@@ -34,7 +34,8 @@ from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
 from vanilla_transformer.evaluation import evaluate_model, translate  # noqa: E402
 from vanilla_transformer.tokenization import check_tokenizer_matches_model, train_joint_bpe  # noqa: E402
 from vanilla_transformer import training  # noqa: E402
-from vanilla_transformer.training import TrainConfig, train  # noqa: E402
+from vanilla_transformer.training import train  # noqa: E402
+from vanilla_transformer.training_config import TrainConfig  # noqa: E402
 
 DOC = ROOT / "docs" / "errors.md"
 SENTENCES = ["A dog runs.", "Two men talk.", "The cat sleeps.", "It rains today."]

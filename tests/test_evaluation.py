@@ -7,7 +7,9 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 import sacrebleu
-from conftest import tiny_model
+import torch
+from conftest import EOS, PAD, tiny_model
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from vanilla_transformer.evaluation import (
     LocalSacrebleuMetric,
@@ -43,6 +45,36 @@ def tokenizer(corpus):
 @pytest.fixture(scope="module")
 def mt_model(tokenizer):
     return tiny_model(seed=0, vocab_size=len(tokenizer))
+
+
+class NeverStop(LogitsProcessor):
+    """Forbid ``</s>`` and ``<pad>``, so that every sentence runs into its length limit."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.clone()
+        scores[:, [EOS, PAD]] = -1e9
+        return scores
+
+
+def spy_on_generate(monkeypatch, model, **extra) -> list[dict]:
+    """Record each ``model.generate`` call's inputs, keyword arguments and output (calling it with ``extra`` too),
+    and the generation config transformers decoded with, as ``config``."""
+    calls, generate, prepare = [], model.generate, model._prepare_generation_config
+
+    def recorded_generate(input_ids, **kwargs):
+        calls.append({"input_ids": input_ids, "kwargs": dict(kwargs), "autocast": torch.get_autocast_dtype("cpu")
+                      if torch.is_autocast_enabled("cpu") else None})  # fmt: skip
+        calls[-1]["output"] = generate(input_ids, **kwargs, **extra)
+        return calls[-1]["output"]
+
+    def recorded_prepare(*args, **kwargs):
+        config, model_kwargs = prepare(*args, **kwargs)
+        calls[-1]["config"] = config
+        return config, model_kwargs
+
+    monkeypatch.setattr(model, "generate", recorded_generate)
+    monkeypatch.setattr(model, "_prepare_generation_config", recorded_prepare)
+    return calls
 
 
 # ------------------------------------------------------------------------------------------------
@@ -109,11 +141,23 @@ def test_translate_is_order_preserving_and_padding_invariant(mt_model, tokenizer
     assert by_tokens == alone
 
 
-def test_translate_uses_paper_defaults(mt_model, tokenizer, corpus):
-    """No overrides: beam 4, alpha 0.6, source length + 50 (the random model rarely stops early)."""
-    texts = corpus["en"][:2]
+def test_translate_uses_paper_defaults(mt_model, tokenizer, corpus, monkeypatch):
+    """No overrides: beam 4, length penalty 0.6, and at most source length + 50 tokens per sentence (§6.1).
+    ``</s>`` is forbidden, so that each sentence runs into its own limit."""
+    texts = [corpus["en"][0], corpus["en"][17]]
+    lengths = [len(tokenizer(text)["input_ids"]) for text in texts]
+    assert lengths[0] != lengths[1]
+    calls = spy_on_generate(monkeypatch, mt_model, logits_processor=LogitsProcessorList([NeverStop()]))
     out = translate(mt_model, tokenizer, texts, progress=True)
-    assert len(out) == 2 and all(isinstance(t, str) for t in out)
+    assert len(out) == 2 and all(isinstance(t, str) and t for t in out)
+    (call,) = calls  # one batch
+    assert not {"num_beams", "length_penalty", "max_new_tokens", "max_length"} & call["kwargs"].keys()  # the model decides
+    config = call["config"]
+    assert (config.num_beams, config.length_penalty, config.max_new_tokens) == (4, 0.6, max(lengths) + 50)
+    generated = call["output"][:, 1:]  # after the decoder start token; the batch is longest first
+    for row, length in zip(generated, sorted(lengths, reverse=True)):
+        ends = (row == EOS).nonzero()
+        assert len(ends) and int(ends[0]) + 1 == length + 50, "each sentence ends at its source length + 50"
 
 
 def test_translate_errors(mt_model, tokenizer):
@@ -133,9 +177,26 @@ def test_translate_rejects_sources_longer_than_learned_positions(tokenizer):
         translate(model, tokenizer, ["Hi.", "This sentence is clearly longer than eight tokens, is it not?"])
 
 
-def test_translate_bf16_autocast(mt_model, tokenizer):
-    out = translate(mt_model, tokenizer, ["Hello there.", "Tom is here."], num_beams=1, max_new_tokens=4, dtype="bf16")
-    assert len(out) == 2
+def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(mt_model, tokenizer, corpus, monkeypatch):
+    """Greedy decoding of 20 sentences with ``dtype="bf16"`` runs under bf16 autocast. Where it picks another token
+    than fp32 would (bf16 keeps 8 significant bits), fp32 rates bf16's token within 0.05 nats of its own choice.
+    Measured: 1 of 160 steps differs, by 0.007 nats, and 19 of the 20 translations are the same text."""
+    texts, kwargs = corpus["en"][:20], dict(num_beams=1, max_new_tokens=8)
+    calls = spy_on_generate(monkeypatch, mt_model)
+    bf16 = translate(mt_model, tokenizer, texts, dtype="bf16", **kwargs)
+    fp32 = translate(mt_model, tokenizer, texts, **kwargs)
+    (call, fp32_call) = calls
+    assert call["autocast"] == torch.bfloat16 and fp32_call["autocast"] is None
+    generated, source = call["output"], call["input_ids"]
+    with torch.no_grad():  # fp32's log-probabilities along bf16's translations
+        log_probs = mt_model(input_ids=source, attention_mask=(source != PAD).long(),
+                             decoder_input_ids=generated[:, :-1]).logits.log_softmax(-1)  # fmt: skip
+    chosen = log_probs.gather(-1, generated[:, 1:, None])[..., 0]
+    ended = (generated[:, 1:] == EOS).long()
+    decoded = ended.cumsum(-1) - ended == 0  # up to and including each row's </s>; padding after it
+    gaps = (log_probs.max(-1).values - chosen)[decoded]
+    assert gaps.max().item() < 0.05, gaps.max().item()
+    assert sum(a == b for a, b in zip(bf16, fp32)) >= len(texts) // 2
 
 
 # ------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from conftest import EOS, PAD, random_ids, tiny_model
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from vanilla_transformer.evaluation import translate
-from vanilla_transformer.training import TrainConfig
+from vanilla_transformer.training_config import TrainConfig
 
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and os.path.exists("/proc/self/statm") and hasattr(signal, "setitimer")),

@@ -5,11 +5,11 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.training import TrainConfig, train
+from vanilla_transformer.training import train
+from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

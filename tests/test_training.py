@@ -1,10 +1,11 @@
-"""The training recipe: schedule, smoothing, a real run that learns, exact resume, atomic checkpoints."""
+"""The training loop: smoothing, a real run that learns, exact resume, atomic checkpoints, progress, processes."""
 
-import copy
 import errno
 import json
 import math
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +15,9 @@ import torch
 from conftest import random_ids, tiny_model
 from safetensors.torch import load_file
 
-from vanilla_transformer.training import (
-    TrainConfig,
-    list_checkpoints,
-    make_optimizer_and_schedule,
-    noam_learning_rate,
-    resolve_mixed_precision,
-    train,
-)
+from vanilla_transformer.checkpoints import TIED_WEIGHTS_WARNING, list_checkpoints
+from vanilla_transformer.training import resolve_mixed_precision, train
+from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
@@ -48,44 +44,7 @@ def test_tensorboard_logging_writes_the_run_scalars(corpus, tmp_path):
     assert {"train_loss", "valid_loss", "lr"} <= set(scalars), scalars
 
 
-# ------------------------------------------------------------------ §5.3 / §5.4
-def test_transformers_inverse_sqrt_schedule_equals_the_papers_formula():
-    config = TrainConfig(warmup_steps=4000)
-    model = torch.nn.Linear(2, 2)
-    optimizer, schedule = make_optimizer_and_schedule(model, config, d_model=512)
-    worst = 0.0
-    for step in range(20000):  # the scheduler's counter before update step+1
-        expected = noam_learning_rate(step, 512, 4000)
-        worst = max(worst, abs(schedule.get_last_lr()[0] - expected))
-        optimizer.step()
-        schedule.step()
-    assert worst < 1e-12
-    assert noam_learning_rate(4000, 512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)  # the peak
-
-
-def test_optimizer_is_the_papers_adam_through_torchs_fused_kernel():
-    """§5.3's Adam (β1 0.9, β2 0.98, ε 1e-9), through the fused kernel on CPU: three updates equal
-    those of torch's default (foreach) Adam with the same settings."""
-    config = TrainConfig(warmup_steps=2)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4))
-    reference, initial = copy.deepcopy(model), copy.deepcopy(model)
-    optimizer, schedule = make_optimizer_and_schedule(model, config, d_model=512)
-    assert optimizer.defaults["fused"] and optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    plain = torch.optim.Adam(reference.parameters(), lr=optimizer.param_groups[0]["lr"], betas=(0.9, 0.98), eps=1e-9, foreach=True)
-    g = torch.Generator().manual_seed(0)
-    for _ in range(3):
-        for p, q in zip(model.parameters(), reference.parameters()):
-            p.grad = torch.randn(p.shape, generator=g)
-            q.grad = p.grad.clone()
-        optimizer.step()
-        plain.step()
-        schedule.step()
-        plain.param_groups[0]["lr"] = optimizer.param_groups[0]["lr"]
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
-    assert not torch.equal(model[0].weight, initial[0].weight)  # the updates did move the weights
-
-
+# ------------------------------------------------------------------ §5.4
 @pytest.mark.parametrize("skip_logits", [False, True])
 def test_label_smoothing_matches_transformers_label_smoother(skip_logits):
     """The model's label-smoothed loss (both paths) equals transformers' LabelSmoother, the one
@@ -139,6 +98,34 @@ def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path,
     saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert saved["mixed_precision"] == "no"
     assert "mixed precision `no`" in (tmp_path / "run" / "final" / "README.md").read_text()
+
+
+# ------------------------------------------------------------------ what a run shows
+def test_the_progress_bar_counts_steps_or_with_a_time_budget_seconds_of_it(corpus, tmp_path, capsys, caplog):
+    train(tiny_run(corpus, tmp_path / "steps", max_steps=2, save_every=1, test_split=None, progress=True))
+    bars = capsys.readouterr().err
+    assert re.search(r"training: 100%\|[^\n\r]*\| 2/2 ", bars), bars
+    train(tiny_run(corpus, tmp_path / "budget", max_steps=2, save_every=1, test_split=None, progress=True, max_minutes=10))
+    bars = capsys.readouterr().err
+    assert re.search(r"training, step 2: +\d+%\|[^\n\r]*\| \d+/600 s, loss=", bars), bars  # seconds of 10 minutes
+    assert not re.search(r"training: [^\n\r]*/1000000", bars)
+    assert TIED_WEIGHTS_WARNING not in caplog.text + bars  # four checkpoints were saved without it
+
+
+def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
+    pytest.importorskip("matplotlib")
+    from vanilla_transformer.visualization import FILES
+
+    run = tmp_path / "run"
+    train(tiny_run(corpus, run, max_steps=2, eval_every=1, save_every=2, eval_bleu_sentences=0, test_split=None,
+                   attention_pictures=3))  # fmt: skip
+    for step in (1, 2):
+        folder = run / "pictures" / f"step-{step}"
+        assert sorted(p.name for p in folder.iterdir()) == sorted(FILES[k] for k in ("encoder", "decoder", "cross"))
+        for path in folder.iterdir():
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match=r"attention_pictures=100000.*valid: 0\.\."):
+        train(tiny_run(corpus, tmp_path / "bad", attention_pictures=100_000))
 
 
 # ------------------------------------------------------------------ checkpoints and resume
@@ -232,24 +219,6 @@ def test_resuming_with_another_model_size_says_so(corpus, tmp_path):
         train(tiny_run(corpus, tmp_path / "run", max_steps=6, resume=True, model={**TINY_MODEL, "d_model": 96}))
 
 
-@pytest.mark.parametrize(
-    "overrides, words",
-    [(dict(max_tokens=0), "max_tokens"), (dict(mixed_precision="fp8"), "mixed_precision"), (dict(label_smoothing=1.0), "label_smoothing")],
-)
-def test_out_of_range_options_are_rejected(overrides, words):
-    with pytest.raises(ValueError, match=words):
-        TrainConfig(**overrides)
-
-
-def test_options_from_yaml_and_unknown_keys(tmp_path):
-    (tmp_path / "run.yaml").write_text("max_steps: 7\nmodel:\n  d_model: 64\n")
-    config = TrainConfig.from_file(tmp_path / "run.yaml", seed=5)
-    assert (config.max_steps, config.model, config.seed) == (7, {"d_model": 64}, 5)
-    (tmp_path / "bad.yaml").write_text("max_stepz: 7\n")
-    with pytest.raises(ValueError, match="max_stepz"):
-        TrainConfig.from_file(tmp_path / "bad.yaml")
-
-
 def test_missing_corpus_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="File not found: .*nowhere"):
         train(tiny_run(tmp_path / "nowhere", tmp_path / "run"))
@@ -280,6 +249,13 @@ def test_the_wall_clock_budget_is_decided_by_all_processes_together():
     assert not _past_deadline(future, TwoProcesses(others=0.0))
 
 
+def _free_port() -> str:
+    """A port no one listens on now (a fixed one fails when another run of these tests holds it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
     common = ["--data", str(corpus), "--vocab-size", "400", "--model-json", json.dumps({**TINY_MODEL, "dropout": 0.0}),
               "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval-every", "1000",
@@ -289,7 +265,7 @@ def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_
     one = subprocess.run([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "2",
                           "--output-dir", str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
                           "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "1",
                           "--tokenizer", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip

@@ -1,18 +1,17 @@
 """The pictures: valid, reasonably sized PNGs whose data is the real thing (buffer, masks, schedule,
-loss target, attention weights, tokens), the `visualize` command, and the training hook."""
+loss target, attention weights, tokens). The `visualize` command is tested in test_cli.py, the
+training hook in test_training.py."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_model
-from test_training import tiny_run
 
 pytest.importorskip("matplotlib")
 
 from vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
-from vanilla_transformer.cli import main  # noqa: E402
 from vanilla_transformer.tokenization import train_joint_bpe  # noqa: E402
-from vanilla_transformer.training import TrainConfig, noam_learning_rate, train  # noqa: E402
+from vanilla_transformer.schedule import noam_learning_rate  # noqa: E402
 from vanilla_transformer.visualization import (  # noqa: E402
     FILES,
     attention_weights,
@@ -202,42 +201,3 @@ def test_a_layer_or_head_that_does_not_exist_is_a_clear_error(tmp_path, model, t
     with pytest.raises(ValueError, match=message):
         draw_attention_maps(model, tokenizer, SOURCE, tmp_path, target=TARGET, layer=layer, heads=heads)
     assert not list(tmp_path.iterdir())  # nothing drawn
-
-
-# ------------------------------------------------------------------ the command
-def test_visualize_command_writes_every_picture(tmp_path, model, tokenizer, capsys):
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    out = tmp_path / "pictures"
-    assert main(["visualize", "--output-dir", str(out), "--model", str(folder), "--source", SOURCE, "--target", TARGET]) == 0
-    printed = capsys.readouterr().out.split()
-    assert sorted(printed) == sorted(str(out / name) for name in FILES.values())
-    for name in FILES.values():
-        assert_png(out / name)
-
-    assert main(["visualize", "--output-dir", str(tmp_path / "plain")]) == 0  # no model: no attention maps
-    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == sorted(
-        FILES[k] for k in ("positional_encoding", "masks", "learning_rate", "label_smoothing")
-    )
-    assert main(["visualize", "--output-dir", str(tmp_path / "x"), "--model", str(folder)]) == 2  # no --source
-    assert "--source" in capsys.readouterr().err
-    bad = ["visualize", "--output-dir", str(tmp_path / "y"), "--model", str(folder), "--source", SOURCE, "--layer", "5"]
-    assert main(bad) == 2 and "layer 5 does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "y").exists()  # checked before anything is drawn
-
-
-# ------------------------------------------------------------------ the training hook
-def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
-    run = tmp_path / "run"
-    train(tiny_run(corpus, run, max_steps=2, eval_every=1, save_every=2, eval_bleu_sentences=0, test_split=None,
-                   attention_pictures=3))  # fmt: skip
-    for step in (1, 2):
-        folder = run / "pictures" / f"step-{step}"
-        assert sorted(p.name for p in folder.iterdir()) == sorted(FILES[k] for k in ("encoder", "decoder", "cross"))
-        for path in folder.iterdir():
-            assert path.read_bytes()[:8] == PNG_SIGNATURE
-    with pytest.raises(ValueError, match=r"attention_pictures=100000.*valid: 0\.\."):
-        train(tiny_run(corpus, tmp_path / "bad", attention_pictures=100_000))
-    with pytest.raises(ValueError, match="attention_pictures"):
-        TrainConfig(attention_pictures=-1)

@@ -10,6 +10,22 @@ It also registers the translation pipeline (task ``"vanilla-translation"``, see
 ``save_pretrained`` writes that file and its ``custom_pipelines`` entry next to the weights, so that
 ``pipeline("vanilla-translation", model=folder, trust_remote_code=True)`` works where only
 transformers is installed.
+
+The modules form layers, lowest first. A module imports only modules of lower layers, or of its own
+layer without a circle; ``tests/test_layers.py`` checks every import, including those in functions:
+
+1. configuration: ``configuration_vanilla_transformer``
+2. modeling: ``modeling_vanilla_transformer`` and its Hub-portable siblings ``pipeline_vanilla_transformer``,
+   ``generation_vanilla_transformer``, ``kernels_vanilla_transformer`` (every ``*_vanilla_transformer.py``
+   imports only torch, transformers, huggingface_hub, safetensors, the standard library and, relatively,
+   the others), and this ``__init__``
+3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``loading``, ``training_config``
+4. evaluation: ``evaluation``
+5. reporting: ``visualization``, ``cards``
+6. training: ``training`` (Accelerate) and ``finetuning`` (transformers' Seq2SeqTrainer)
+7. command line: ``cli``, ``__main__``
+
+``examples/``, ``benchmarks/`` and ``scripts/`` sit above the package, which never imports them.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM

@@ -1,4 +1,4 @@
-"""Checkpoint averaging (Vaswani et al., 2017, §6.1).
+"""Checkpoints: averaging (Vaswani et al., 2017, §6.1) and atomic, rotating saves of a training run.
 
 "For the base models, we used a single model obtained by averaging the last 5 checkpoints, which
 were written at 10-minute intervals. For the big models, we averaged the last 20 checkpoints."
@@ -22,21 +22,39 @@ tied parameters remain one tensor.
 Wrapper prefixes. ``Accelerator.save_state`` saves the *prepared* model without unwrapping it, so under
 DDP the keys start with ``module.`` and for a ``torch.compile``-d model with ``_orig_mod.``. A
 checkpoint whose keys *all* carry such a prefix is read without it.
+
+Saving. :func:`save_checkpoint` writes ``accelerator.save_state`` into a temporary folder and renames it
+to ``checkpoint-<step>``, so that the newest checkpoint is always complete; :func:`list_checkpoints` lists
+the complete ones.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Iterable
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
 
-__all__ = ["average_checkpoints", "average_into_model", "resolve_checkpoint_files"]
+__all__ = [
+    "average_checkpoints",
+    "average_into_model",
+    "incomplete_checkpoints",
+    "list_checkpoints",
+    "resolve_checkpoint_files",
+    "save_checkpoint",
+    "save_folder_atomically",
+    "write_json_atomically",
+]
 
+CHECKPOINT_PREFIX = "checkpoint-"
+STATE_FILE = "trainer_state.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
@@ -242,3 +260,130 @@ def average_into_model(model: torch.nn.Module, paths: list[str | os.PathLike]) -
 
     model.load_state_dict(averaged, strict=True)
     return model
+
+
+# --------------------------------------------------------------------------------------------
+# Saving: written to a temporary folder, then renamed, so the newest checkpoint is always complete.
+# --------------------------------------------------------------------------------------------
+def list_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first. Half-written ``.tmp-*`` folders are not listed."""
+    if not checkpoint_dir.is_dir():
+        return []
+    found = [p for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX)]
+    found = [p for p in found if (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
+
+
+def incomplete_checkpoints(checkpoint_dir: Path) -> list[Path]:
+    """Leftovers of an interrupted save (``.tmp-checkpoint-N``) or deletion (``.tmp-deleting-checkpoint-N``)."""
+    if not checkpoint_dir.is_dir():
+        return []
+    return sorted(p for p in checkpoint_dir.iterdir() if p.name.startswith(".tmp-"))
+
+
+def save_checkpoint(accelerator: Any, checkpoint_dir: Path, state: dict, keep: int) -> Path:
+    """``accelerator.save_state`` into ``.tmp-checkpoint-N``, then an atomic rename to ``checkpoint-N``;
+    the oldest checkpoints beyond ``keep`` are deleted only after the new one is complete.
+
+    A process killed at any moment leaves the previous checkpoints complete (tested with SIGKILL in
+    ``benchmarks/kill_resume.py``). A failed write (for example a full disk) removes the half-written
+    folder and raises an ``OSError`` that names the newest complete checkpoint.
+    """
+    final = checkpoint_dir / f"{CHECKPOINT_PREFIX}{state['step']}"
+    tmp = checkpoint_dir / f".tmp-{final.name}"
+    if accelerator.is_main_process:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    try:
+        with tied_weights_warning_silenced():
+            accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            write_json_atomically(tmp / STATE_FILE, state)
+    except OSError as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = list_checkpoints(checkpoint_dir)
+        kept = f"the newest complete checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
+        raise OSError(
+            error.errno,
+            f"Writing checkpoint {final.name} failed ({error.strerror or error}); the half-written folder was removed "
+            f"and {kept}. Free disk space (or lower keep_checkpoints) and rerun with --resume.",
+        ) from error
+    if accelerator.is_main_process:
+        _fsync_files(tmp)  # the data reach the disk before the rename does (a power cut, not only a kill)
+        if final.exists():  # same step saved again (e.g. after a resume): replace it
+            _delete_atomically(final)
+        os.replace(tmp, final)
+        _fsync_dir(checkpoint_dir)
+        for old in list_checkpoints(checkpoint_dir)[:-keep]:
+            _delete_atomically(old)
+    accelerator.wait_for_everyone()
+    return final
+
+
+#: What accelerate says at every save of a model with tied weights (logger ``accelerate.utils.other``).
+TIED_WEIGHTS_WARNING = "Removed shared tensor"
+
+
+@contextlib.contextmanager
+def tied_weights_warning_silenced():
+    """Drop accelerate's "Removed shared tensor ... while saving" warning for the duration, and nothing else.
+
+    The model shares one matrix between both embeddings and the output layer (§3.4): a saved file that
+    holds it once is what is meant, and the warning would otherwise print at every checkpoint.
+    """
+
+    def expected(record: logging.LogRecord) -> bool:
+        return TIED_WEIGHTS_WARNING not in record.getMessage()
+
+    logger = logging.getLogger("accelerate.utils.other")
+    logger.addFilter(expected)
+    try:
+        yield
+    finally:
+        logger.removeFilter(expected)
+
+
+def save_folder_atomically(folder: Path, write: Callable[[Path], Any]) -> None:
+    """``write(tmp)`` fills a temporary sibling folder, which then replaces ``folder``: a crash leaves
+    either the old folder or the new one, never a mixture."""
+    tmp = folder.with_name(f".tmp-{folder.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp)
+    if folder.exists():
+        _delete_atomically(folder)
+    os.replace(tmp, folder)
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    """``data`` as JSON in ``path``, through a temporary file: a crash leaves the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _delete_atomically(folder: Path) -> None:
+    """Rename, then delete: a process killed half-way leaves a ``.tmp-`` folder that no one reads,
+    never a ``checkpoint-N`` with some of its files gone."""
+    doomed = folder.with_name(f".tmp-deleting-{folder.name}")
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed)
+
+
+def _fsync_files(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

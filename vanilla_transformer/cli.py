@@ -1,46 +1,23 @@
-"""Command line: ``vanilla-transformer <command> ...`` (also ``python -m vanilla_transformer``)."""
+"""Command line: ``vanilla-transformer <command> ...`` (also ``python -m vanilla_transformer``).
+
+Each command imports what it runs (Accelerate, datasets, sacreBLEU, matplotlib) only when it runs.
+"""
 
 import argparse
+import dataclasses
 import json
 import sys
-from pathlib import Path
+from typing import Any
 
+from transformers import HfArgumentParser
 
-def demo(args: argparse.Namespace) -> int:
-    """Train a tiny model on the reversal task, save it, reload it through AutoModelForSeq2SeqLM, generate."""
-    import torch
-    from transformers import AutoModelForSeq2SeqLM
-
-    from .toy import reverse_batch, train_reverse
-
-    model, summary = train_reverse(steps=args.steps, seed=args.seed, progress=True)
-    print(f"trained {summary['steps']} steps in {summary['seconds']:.0f} s, final loss {summary['loss']:.4f}, "
-          f"exact match on 200 held-out strings: {summary['exact_match']:.1%}")  # fmt: skip
-    output = Path(args.output_dir)
-    model.save_pretrained(output)
-    print(f"saved to {output}/: {', '.join(sorted(p.name for p in output.iterdir()))}")
-
-    reloaded = AutoModelForSeq2SeqLM.from_pretrained(output).eval()
-    input_ids, attention_mask, _ = reverse_batch(3, model.config.vocab_size, 3, 7, torch.Generator().manual_seed(7))
-    generated = reloaded.generate(input_ids, attention_mask=attention_mask)  # paper defaults: beam 4, α 0.6
-    for source, mask, target in zip(input_ids, attention_mask, generated):
-        source = source[: int(mask.sum()) - 1].tolist()
-        target = [t for t in target.tolist()[1:] if t > 3]
-        print(f"  {source} -> {target}  {'ok' if target == source[::-1] else 'WRONG'}")
-    if args.json:
-        print(json.dumps(summary))
-    return 0
+from .training_config import TrainConfig, options_from_file
 
 
 def train_command(args: argparse.Namespace) -> int:
-    from .training import TrainConfig, train
+    from .training import train
 
-    accepted = {*TRAIN_OPTIONS, "resume", "progress", "cpu", "push_to_hub"}
-    overrides = {k: v for k, v in vars(args).items() if k in accepted and v is not None}
-    if args.model_json:
-        overrides["model"] = json.loads(args.model_json)
-    config = TrainConfig.from_file(args.config, **overrides) if args.config else TrainConfig(**overrides)
-    summary = train(config)
+    summary = train(TrainConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(TrainConfig)}))
     if "final_dir" not in summary:  # not the main process: it saves and scores nothing
         return 0
     print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens in "
@@ -56,25 +33,21 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def average_command(args: argparse.Namespace) -> int:
-    from transformers import AutoModelForSeq2SeqLM
-
     from .checkpoints import average_into_model
+    from .loading import load_model
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
+    model = load_model(args.model)
     average_into_model(model, args.checkpoints)
     model.save_pretrained(args.output_dir)
     print(f"averaged {len(args.checkpoints)} checkpoints into {args.output_dir}")
     return 0
 
 
-def _load_for_inference(folder: str, device: str | None):
+def _device(name: str | None) -> str:
+    """``--device``, or the GPU when there is one."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device), tokenizer
+    return name or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _read_lines(path: str) -> list[str]:
@@ -84,8 +57,9 @@ def _read_lines(path: str) -> list[str]:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from .evaluation import evaluate_model
+    from .loading import load_model_and_tokenizer
 
-    model, tokenizer = _load_for_inference(args.model, args.device)
+    model, tokenizer = load_model_and_tokenizer(args.model, device=_device(args.device))
     sources, references = _read_lines(args.source), _read_lines(args.reference)
     result = evaluate_model(
         model, tokenizer, sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
@@ -98,8 +72,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def translate_command(args: argparse.Namespace) -> int:
     from .evaluation import translate
+    from .loading import load_model_and_tokenizer
 
-    model, tokenizer = _load_for_inference(args.model, args.device)
+    model, tokenizer = load_model_and_tokenizer(args.model, device=_device(args.device))
     texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     for line in translate(model, tokenizer, texts, num_beams=args.num_beams, batch_size=args.batch_size):
         print(line)
@@ -107,14 +82,15 @@ def translate_command(args: argparse.Namespace) -> int:
 
 
 def visualize_command(args: argparse.Namespace) -> int:
-    from .visualization import draw_all, load_model_and_tokenizer
+    from .loading import load_model_and_tokenizer
+    from .visualization import draw_all
 
     if args.model is not None and args.source is None:
         print("visualize: --model needs --source (the sentence whose attention maps are drawn)", file=sys.stderr)
         return 2
     model = tokenizer = None
     if args.model is not None:
-        model, tokenizer = load_model_and_tokenizer(args.model, args.device)
+        model, tokenizer = load_model_and_tokenizer(args.model, attn_implementation="eager", device=args.device or "cpu")
     try:
         paths = draw_all(args.output_dir, model, tokenizer, source=args.source, target=args.target, layer=args.layer,
                          heads=args.heads, num_beams=args.num_beams)  # fmt: skip
@@ -126,38 +102,24 @@ def visualize_command(args: argparse.Namespace) -> int:
     return 0
 
 
-TRAIN_OPTIONS = {
-    "data": str, "src_lang": str, "tgt_lang": str, "hub_config": str, "tokenizer": str, "vocab_size": int,
-    "preset": str, "init_from": str, "max_tokens": int, "gradient_accumulation": int, "max_steps": int,
-    "max_minutes": float, "warmup_steps": int, "lr_factor": float, "label_smoothing": float,
-    "max_grad_norm": float, "mixed_precision": str, "seed": int, "eval_every": int, "log_every": int,
-    "eval_bleu_sentences": int, "save_every": int, "keep_checkpoints": int, "average_last": int,
-    "output_dir": str, "log_with": str, "max_length": int, "attn_implementation": str, "attention_pictures": int,
-}  # fmt: skip
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__)
+def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The command line; ``train_defaults`` replace TrainConfig's defaults (the values of ``train --config``)."""
+    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("demo", help="train a tiny model on a toy task, save, reload and generate")
-    p.add_argument("--output-dir", default="outputs/demo", help="where to save the model (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=1200, help="maximum training steps (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="also print the summary as JSON")
-    p.set_defaults(func=demo)
 
-    p = commands.add_parser("train", help="train a translation model (the paper's recipe, on Accelerate)")
-    p.add_argument("--config", help="YAML or JSON file of training options; command-line options win")
-    for name, kind in TRAIN_OPTIONS.items():
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
-    p.add_argument("--model-json", help='model size overrides as JSON, e.g. \'{"d_model": 256}\'')
-    p.add_argument("--resume", action="store_true", default=None, help="continue from the newest checkpoint")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
-    p.add_argument("--cpu", action="store_true", default=None, help="train on the CPU even if a GPU is present")
-    p.add_argument("--push-to-hub", dest="push_to_hub", metavar="REPO", default=None,
-                   help="at the end, upload the final folder (model, tokenizer, model card, pipeline) to this Hub "
-                        "model repository, e.g. your-name/vanilla-transformer-en-de (needs `hf auth login`)")  # fmt: skip
-    p.set_defaults(func=train_command)
+    # One option per TrainConfig field, with the field's help and default (HfArgumentParser reads them).
+    options = HfArgumentParser(TrainConfig, add_help=False)
+    options._option_string_actions["--no-progress"].help = "hide progress bars"  # it had --progress's help
+    p = commands.add_parser(
+        "train", parents=[options], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="train a translation model (the paper's recipe, on Accelerate)",
+        description="Train a translation model with the paper's recipe, on Accelerate (one CPU, one GPU or many). "
+        "The options below can also come from a YAML or JSON file (--config); those given here win over it.",
+    )  # fmt: skip
+    p.add_argument("--config", metavar="FILE", help="YAML or JSON file of these options; options given here win over it")
+    # HfArgumentParser gives --model its field's type, dict[str, Any], which cannot read text: it is JSON.
+    p.register("type", dict[str, Any], json.loads)
+    p.set_defaults(func=train_command, **(train_defaults or {}))
 
     p = commands.add_parser("average", help="average the weights of several checkpoints (§6.1)")
     p.add_argument("checkpoints", nargs="+", help="checkpoint folders (holding model.safetensors)")
@@ -171,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--model", required=True, help="a saved model folder (model + tokenizer)")
         p.add_argument("--num-beams", type=int, default=None, help="default: the model's (paper: 4)")
         p.add_argument("--batch-size", type=int, default=32)
-        p.add_argument("--device", default=None)
+        p.add_argument("--device", default=None, help="default: the GPU if there is one, else the CPU")
         if name == "evaluate":
             p.add_argument("--source", required=True)
             p.add_argument("--reference", required=True)
@@ -197,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "config", None):  # train --config FILE: its values replace the defaults; options given win
+        args = build_parser(options_from_file(args.config)).parse_args(argv)
     return args.func(args)
 
 

@@ -9,16 +9,13 @@ follows the paper:
           lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
                                                              -> lr_scheduler_type="inverse_sqrt", warmup_steps=W,
                                                                 learning_rate = d_model^-0.5 · W^-0.5
-                                                                (:func:`paper_learning_rate`)
+                                                                (:func:`~vanilla_transformer.schedule.peak_learning_rate`)
     §5.4  label smoothing ε_ls = 0.1                         -> label_smoothing_factor=0.1 (Trainer's LabelSmoother)
     §6.1  beam 4, α 0.6, at most source length + 50 tokens   -> predict_with_generate, generation_num_beams=4,
                                                                 and the model's generation_config
 
-Why ``learning_rate = d_model^-0.5 · W^-0.5``: transformers' ``inverse_sqrt`` schedule multiplies the
-learning rate by ``step / W`` while ``step < W`` and by ``sqrt(W / step)`` afterwards, so it is
-``lr · min(step / W, sqrt(W / step))``, which is the paper's formula exactly when ``lr`` is its peak
-value ``d_model^-0.5 · W^-0.5`` (= ``noam_learning_rate(W, d_model, W)``). The scheduler counts from
-0, so update k uses the paper's lrate(k - 1), and the first update has learning rate 0.
+Why ``learning_rate = d_model^-0.5 · W^-0.5``: with it, transformers' ``inverse_sqrt`` schedule is the
+paper's formula exactly (:mod:`vanilla_transformer.schedule` says why).
 
 Two details of transformers 5.24 that matter for this model:
 
@@ -43,8 +40,8 @@ averaged over batches), higher than the NLL; ``compute_metrics`` adds sacreBLEU 
 search, computed by the ``sacrebleu`` package (no Hub access needed, online or offline).
 
 * :func:`finetune` — everything below in one call (what ``examples/finetune_seq2seq_trainer.py`` runs).
-* :func:`load_model_and_tokenizer` / :func:`build_model_and_tokenizer` — a saved folder, or a preset of
-  Table 3 with a joint BPE trained on the training pairs.
+* :func:`build_model_and_tokenizer` — a preset of Table 3 with a joint BPE trained on the training pairs
+  (a saved folder: :func:`vanilla_transformer.loading.load_model_and_tokenizer`).
 * :func:`prepare_datasets` — tokenised ``input_ids``/``labels`` datasets, over-long pairs dropped.
 * :func:`make_training_arguments` — ``Seq2SeqTrainingArguments`` with the paper's settings.
 * :func:`make_compute_metrics`, :class:`TranslationSeq2SeqTrainer`, :func:`build_trainer`.
@@ -64,7 +61,6 @@ from typing import Any
 import numpy as np
 from datasets import Dataset
 from transformers import (
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     EvalPrediction,
     Seq2SeqTrainer,
@@ -72,12 +68,12 @@ from transformers import (
     TrainerCallback,
 )
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .data import load_parallel_corpus, tokenize_corpus
 from .evaluation import score
+from .loading import load_model_and_tokenizer, load_tokenizer, new_model
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer, train_joint_bpe
-from .training import noam_learning_rate
+from .schedule import peak_learning_rate
+from .tokenization import check_tokenizer_matches_model, train_joint_bpe
 
 __all__ = [
     "FinetuneResult",
@@ -85,10 +81,8 @@ __all__ = [
     "build_model_and_tokenizer",
     "build_trainer",
     "finetune",
-    "load_model_and_tokenizer",
     "make_compute_metrics",
     "make_training_arguments",
-    "paper_learning_rate",
     "prepare_datasets",
 ]
 
@@ -96,50 +90,8 @@ RESULTS_FILE = "finetune_results.json"
 
 
 # --------------------------------------------------------------------------------------------
-# §5.3 learning rate
-# --------------------------------------------------------------------------------------------
-def paper_learning_rate(d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
-    """The ``learning_rate`` that makes transformers' ``inverse_sqrt`` schedule equal the paper's (§5.3).
-
-    That is the peak of the paper's schedule, reached at ``step = warmup_steps``:
-    ``factor · d_model^-0.5 · warmup_steps^-0.5`` (computed by
-    :func:`~vanilla_transformer.training.noam_learning_rate`). For the base model with 4000 warm-up
-    steps it is 6.99e-4.
-    """
-    if warmup_steps < 1:
-        raise ValueError(f"warmup_steps must be a positive integer, got {warmup_steps!r}.")
-    return noam_learning_rate(warmup_steps, d_model, warmup_steps, factor)
-
-
-# --------------------------------------------------------------------------------------------
 # Model and tokenizer
 # --------------------------------------------------------------------------------------------
-def load_model_and_tokenizer(
-    model_path: str | os.PathLike,
-    tokenizer_path: str | os.PathLike | None = None,
-    attn_implementation: str | None = None,
-) -> tuple[VanillaTransformerForConditionalGeneration, Any]:
-    """A saved model folder (e.g. ``RUN/final`` of ``vanilla-transformer train``) and its tokenizer.
-
-    The tokenizer is read from ``tokenizer_path``, or from the model folder when it holds a
-    ``tokenizer.json``. Raises ``ValueError`` if there is none, or if it does not fit the model.
-    """
-    model_path = Path(model_path)
-    if not (model_path / "config.json").is_file():
-        raise ValueError(f"--model {str(model_path)!r} is not a saved model folder (no config.json in it).")
-    tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else model_path
-    if not (tokenizer_path / "tokenizer.json").is_file():
-        raise ValueError(
-            f"No tokenizer.json in {str(tokenizer_path)!r}: give the tokenizer the model was trained with "
-            f"(--tokenizer FOLDER)."
-        )
-    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_path, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    check_tokenizer_matches_model(tokenizer, model.config)
-    return model, tokenizer
-
-
 def build_model_and_tokenizer(
     train_pairs: Dataset,
     preset: str = "base",
@@ -153,22 +105,18 @@ def build_model_and_tokenizer(
     Args:
         train_pairs: a split with ``source``/``target`` text columns (from ``load_parallel_corpus``);
             the BPE is trained on both columns. Unused when ``tokenizer`` is given.
-        preset: ``"base"`` or ``"big"`` (``VanillaTransformerConfig.base`` / ``.big``).
+        preset: one of :data:`~vanilla_transformer.loading.PRESETS` (``"base"``, ``"big"``).
         vocab_size: size of the joint BPE vocabulary.
         tokenizer: an existing tokenizer to use instead of training one.
         attn_implementation: ``"sdpa"`` or ``"eager"``; ``None`` keeps the default (sdpa).
         **overrides: config fields replacing the preset's, e.g. ``d_model=256, encoder_layers=3``.
     """
-    if preset not in ("base", "big"):
-        raise ValueError(f"preset must be 'base' or 'big', got {preset!r}.")
     if tokenizer is None:
         texts = itertools.chain(train_pairs["source"], train_pairs["target"])
         tokenizer = train_joint_bpe(texts, vocab_size=vocab_size)
-    config = getattr(VanillaTransformerConfig, preset)(**{**config_ids_from_tokenizer(tokenizer), **overrides})
-    model = VanillaTransformerForConditionalGeneration(config)
+    model = new_model(preset, tokenizer, **overrides)
     if attn_implementation:
         model.set_attn_implementation(attn_implementation)
-    check_tokenizer_matches_model(tokenizer, model.config)
     return model, tokenizer
 
 
@@ -229,7 +177,7 @@ def make_training_arguments(
 
     Args:
         output_dir: where the Trainer writes checkpoints (``checkpoint-<step>``) and logs.
-        d_model: the model's width, which sets the learning rate (``paper_learning_rate``).
+        d_model: the model's width, which sets the learning rate (``schedule.peak_learning_rate``).
         warmup_steps: W of §5.3 (the paper: 4000). Must be an integer: transformers reads a float
             below 1 as a fraction of ``max_steps``.
         lr_factor: multiplies the paper's schedule (1 = the paper).
@@ -259,7 +207,7 @@ def make_training_arguments(
     values = dict(
         output_dir=str(output_dir),
         # §5.3
-        learning_rate=paper_learning_rate(d_model, int(warmup_steps), lr_factor),
+        learning_rate=peak_learning_rate(d_model, int(warmup_steps), lr_factor),
         lr_scheduler_type="inverse_sqrt",
         warmup_steps=int(warmup_steps),
         adam_beta1=0.9,
@@ -453,9 +401,9 @@ def finetune(
     if model is not None:
         if model_overrides:
             raise ValueError("model_overrides (sizes) only apply to a fresh preset, not to a saved --model.")
-        net, tok = load_model_and_tokenizer(model, tokenizer, attn_implementation)
+        net, tok = load_model_and_tokenizer(model, tokenizer, attn_implementation=attn_implementation)
     else:
-        tok = AutoTokenizer.from_pretrained(tokenizer) if tokenizer is not None else None
+        tok = load_tokenizer(tokenizer) if tokenizer is not None else None
         net, tok = build_model_and_tokenizer(
             train_pairs, preset, vocab_size, tok, attn_implementation, **dict(model_overrides or {})
         )

@@ -2,15 +2,16 @@
 
     §5.1  batches of sentence pairs with similar lengths, capped in tokens  -> data.TokenBucketBatchSampler
     §5.3  Adam(β1 0.9, β2 0.98, ε 1e-9);
-          lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)        -> transformers' inverse_sqrt schedule
+          lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)        -> schedule.make_optimizer_and_schedule
     §5.4  residual dropout (config.dropout) and label smoothing ε_ls = 0.1  -> the model's loss (smoothing=)
     §6.1  average the last 5 checkpoints                                    -> checkpoints.average_into_model
 
-Accelerate (considered against transformers' Trainer, which the examples also show) gives device
+Accelerate (considered against transformers' Trainer, which ``finetuning`` sets up) gives device
 placement, DDP across processes and nodes, bf16/fp16 autocast, trackers, and ``save_state`` /
 ``load_state`` of model, optimizer, scheduler and every RNG. This module adds what it does not
 have: token-bucketed batches sharded per process, loss normalised over the whole global batch,
 atomic rotating checkpoints, exact resumption in the middle of an epoch, and checkpoint averaging.
+The settings of a run are a :class:`~vanilla_transformer.training_config.TrainConfig`.
 """
 
 import dataclasses
@@ -20,256 +21,35 @@ import os
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .cards import write_model_card
+from .checkpoints import (
+    STATE_FILE,
+    average_into_model,
+    incomplete_checkpoints,
+    list_checkpoints,
+    save_checkpoint,
+    save_folder_atomically,
+    write_json_atomically,
+)
+from .data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus
+from .evaluation import evaluate_model, score, translate
+from .loading import load_model, load_tokenizer, new_model
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .schedule import make_optimizer_and_schedule
+from .tokenization import check_tokenizer_matches_model, match_model_max_length, train_joint_bpe
+from .training_config import TrainConfig
+from .visualization import draw_attention_maps, require_matplotlib
 
-CHECKPOINT_PREFIX = "checkpoint-"
-STATE_FILE = "trainer_state.json"
-
-
-@dataclass
-class TrainConfig:
-    """Everything a run needs; readable from YAML/JSON (``TrainConfig.from_file``) and the command line."""
-
-    # data
-    data: str = "data/tatoeba_en_de"  # folder of {split}.{lang}[.gz], path prefix, .tsv, .jsonl, or a Hub name
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    hub_config: str | None = None  # e.g. "de-en" for wmt14
-    train_split: str = "train"
-    valid_split: str = "validation"
-    test_split: str | None = "test"
-    max_length: int = 128  # pairs longer than this (in tokens, either side) are dropped and counted
-    # tokenizer: an existing folder, or a joint BPE trained on the training data
-    tokenizer: str | None = None
-    vocab_size: int = 8000
-    # model: a preset of Table 3 plus overrides, or a saved model to continue from
-    preset: str = "base"
-    model: dict[str, Any] = field(default_factory=dict)
-    init_from: str | None = None
-    # optimisation (§5.3, §5.4)
-    max_tokens: int = 4096  # padded tokens per batch and side, per process (paper: ~25,000 per step on 8 GPUs)
-    gradient_accumulation: int = 1
-    max_steps: int = 1000
-    max_minutes: float | None = None  # stop earlier when this wall-clock budget is spent
-    warmup_steps: int = 4000
-    lr_factor: float = 1.0  # multiplies the paper's schedule
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-9
-    label_smoothing: float = 0.1
-    max_grad_norm: float | None = None
-    mixed_precision: str = "no"  # no | bf16 | fp16 | auto (bf16 where the hardware has bf16 units: resolve_mixed_precision)
-    # auto: eager attention for bf16 on CPU (torch's CPU flash-attention backward is slow on sentence
-    # lengths; measured 1.4x slower per step), sdpa otherwise
-    attn_implementation: str = "auto"  # auto | eager | sdpa
-    seed: int = 0
-    # evaluation
-    log_every: int = 50  # training loss, NLL, learning rate and tokens/s are recorded every N steps
-    eval_every: int = 500
-    eval_bleu_sentences: int = 200  # validation sentences translated (beam search) at each evaluation
-    eval_num_beams: int = 4
-    # index of a validation sentence whose attention maps are drawn at each evaluation into
-    # output_dir/pictures/step-N/ (visualization.draw_attention_maps; needs matplotlib)
-    attention_pictures: int | None = None
-    # checkpoints and output
-    output_dir: str = "outputs/run"
-    save_every: int = 500
-    keep_checkpoints: int = 5
-    average_last: int = 5  # the paper averages the last 5 checkpoints
-    resume: bool = False
-    log_with: str | None = None  # e.g. "tensorboard"
-    push_to_hub: str | None = None  # a Hub model repository ("user/name"): the final folder is uploaded to it
-    cpu: bool = False  # train on the CPU even when a GPU is present
-    progress: bool = True
-
-    def __post_init__(self):
-        checks = {
-            "max_tokens": self.max_tokens >= 1,
-            "gradient_accumulation": self.gradient_accumulation >= 1,
-            "max_steps": self.max_steps >= 1,
-            "warmup_steps": self.warmup_steps >= 1,
-            "save_every": self.save_every >= 1,
-            "eval_every": self.eval_every >= 1,
-            "log_every": self.log_every >= 1,
-            "keep_checkpoints": self.keep_checkpoints >= 1,
-            "average_last": self.average_last >= 1,
-            "max_length": self.max_length >= 2,
-            "vocab_size": self.vocab_size >= 300,
-            "label_smoothing": 0.0 <= self.label_smoothing < 1.0,
-            "lr_factor": self.lr_factor > 0,
-            "max_minutes": self.max_minutes is None or self.max_minutes > 0,
-            "mixed_precision": self.mixed_precision in ("no", "bf16", "fp16", "auto"),
-            "attn_implementation": self.attn_implementation in ("auto", "eager", "sdpa"),
-            "preset": self.preset in ("base", "big"),
-            "attention_pictures": self.attention_pictures is None or self.attention_pictures >= 0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"TrainConfig: {name}={getattr(self, name)!r} is out of range; see `train --help`.")
-        if self.push_to_hub is not None:
-            from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-            try:
-                validate_repo_id(self.push_to_hub)
-            except HFValidationError as error:
-                raise ValueError(f"TrainConfig: push_to_hub={self.push_to_hub!r} is not a Hub repository id: {error}") from None
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike, **overrides) -> "TrainConfig":
-        """Read a YAML or JSON file of TrainConfig fields; ``overrides`` win."""
-        text = Path(path).read_text(encoding="utf-8")
-        if str(path).endswith((".yaml", ".yml")):
-            import yaml
-
-            values = yaml.safe_load(text) or {}
-        else:
-            values = json.loads(text)
-        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"{path}: unknown training option(s) {sorted(unknown)}.")
-        return cls(**{**values, **overrides})
-
-
-# --------------------------------------------------------------------------------------------
-# §5.3 learning rate and §5.4 label smoothing
-# --------------------------------------------------------------------------------------------
-def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
-    """lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)  (§5.3, equation 3)."""
-    if step == 0:
-        return 0.0
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-
-
-FUSED_ADAM_DEVICES = ("cpu", "cuda")  # where torch has a fused Adam kernel (also mps and xpu, untested here)
-
-
-def make_optimizer_and_schedule(model: torch.nn.Module, config: TrainConfig, d_model: int):
-    """Adam and transformers' ``inverse_sqrt`` schedule, which equals the paper's formula when the peak
-    learning rate is d_model^-0.5 · warmup^-0.5 (tested). The scheduler counts from 0, so update k uses
-    the paper's lrate(k - 1) and the very first update has learning rate 0."""
-    from transformers.optimization import get_inverse_sqrt_schedule
-
-    peak = config.lr_factor * d_model**-0.5 * config.warmup_steps**-0.5
-    parameters = list(model.parameters())
-    # torch's fused Adam: one pass over each parameter and its two moments, where the default `foreach`
-    # path makes about a dozen. The same update, 205 -> 40 ms per step at the base size on 2 CPU cores
-    # (the default path took 13 % of a bf16 training step). transformers' Trainer defaults to it too.
-    fused = bool(parameters) and all(p.device.type in FUSED_ADAM_DEVICES for p in parameters)
-    optimizer = torch.optim.Adam(
-        parameters, lr=peak, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon, fused=fused or None
-    )
-    return optimizer, get_inverse_sqrt_schedule(optimizer, num_warmup_steps=config.warmup_steps)
-
-
-# --------------------------------------------------------------------------------------------
-# Checkpoints: written to a temporary folder, then renamed, so the newest one is always complete.
-# --------------------------------------------------------------------------------------------
-def list_checkpoints(checkpoint_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first. Half-written ``.tmp-*`` folders are not listed."""
-    if not checkpoint_dir.is_dir():
-        return []
-    found = [p for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX)]
-    found = [p for p in found if (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
-
-
-def incomplete_checkpoints(checkpoint_dir: Path) -> list[Path]:
-    """Leftovers of an interrupted save (``.tmp-checkpoint-N``) or deletion (``.tmp-deleting-checkpoint-N``)."""
-    if not checkpoint_dir.is_dir():
-        return []
-    return sorted(p for p in checkpoint_dir.iterdir() if p.name.startswith(".tmp-"))
-
-
-def _delete_atomically(folder: Path) -> None:
-    """Rename, then delete: a process killed half-way leaves a ``.tmp-`` folder that no one reads,
-    never a ``checkpoint-N`` with some of its files gone."""
-    doomed = folder.with_name(f".tmp-deleting-{folder.name}")
-    os.replace(folder, doomed)
-    shutil.rmtree(doomed)
-
-
-def save_checkpoint(accelerator, checkpoint_dir: Path, state: dict, keep: int) -> Path:
-    """``accelerator.save_state`` into ``.tmp-checkpoint-N``, then an atomic rename to ``checkpoint-N``;
-    the oldest checkpoints beyond ``keep`` are deleted only after the new one is complete.
-
-    A process killed at any moment leaves the previous checkpoints complete (tested with SIGKILL in
-    ``benchmarks/kill_resume.py``). A failed write (for example a full disk) removes the half-written
-    folder and raises an ``OSError`` that names the newest complete checkpoint.
-    """
-    final = checkpoint_dir / f"{CHECKPOINT_PREFIX}{state['step']}"
-    tmp = checkpoint_dir / f".tmp-{final.name}"
-    if accelerator.is_main_process:
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-    accelerator.wait_for_everyone()
-    try:
-        accelerator.save_state(str(tmp))
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            _write_json_atomic(tmp / STATE_FILE, state)
-    except OSError as error:
-        shutil.rmtree(tmp, ignore_errors=True)
-        previous = list_checkpoints(checkpoint_dir)
-        kept = f"the newest complete checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
-        raise OSError(
-            error.errno,
-            f"Writing checkpoint {final.name} failed ({error.strerror or error}); the half-written folder was removed "
-            f"and {kept}. Free disk space (or lower keep_checkpoints) and rerun with --resume.",
-        ) from error
-    if accelerator.is_main_process:
-        _fsync_files(tmp)  # the data reach the disk before the rename does (a power cut, not only a kill)
-        if final.exists():  # same step saved again (e.g. after a resume): replace it
-            _delete_atomically(final)
-        os.replace(tmp, final)
-        _fsync_dir(checkpoint_dir)
-        for old in list_checkpoints(checkpoint_dir)[:-keep]:
-            _delete_atomically(old)
-    accelerator.wait_for_everyone()
-    return final
-
-
-def _save_folder_atomically(folder: Path, write) -> None:
-    """``write(tmp)`` fills a temporary sibling folder, which then replaces ``folder``: a crash leaves
-    either the old folder or the new one, never a mixture."""
-    tmp = folder.with_name(f".tmp-{folder.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write(tmp)
-    if folder.exists():
-        _delete_atomically(folder)
-    os.replace(tmp, folder)
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_files(folder: Path) -> None:
-    for path in folder.rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["TrainConfig", "push_folder_to_hub", "resolve_mixed_precision", "train"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,9 +65,6 @@ class _Split:
 
 def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
     """Load the corpus, get the tokenizer (load or train the joint BPE), tokenise, drop over-long pairs."""
-    from .data import load_parallel_corpus, tokenize_corpus
-    from .tokenization import train_joint_bpe
-
     corpus = load_parallel_corpus(config.data, config.src_lang, config.tgt_lang, hub_config=config.hub_config)
     for needed in (config.train_split, config.valid_split):
         if needed not in corpus:
@@ -297,29 +74,17 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
             )
     tokenizer_dir = output_dir / "tokenizer"
     if config.tokenizer is not None:
-        from transformers import AutoTokenizer
-
-        if not (Path(config.tokenizer) / "tokenizer.json").is_file():
-            raise ValueError(
-                f"tokenizer={config.tokenizer!r} is not a folder with a tokenizer.json (a saved tokenizer); "
-                f"give a saved tokenizer or leave the option out to train a joint BPE."
-            )
-
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        tokenizer = load_tokenizer(config.tokenizer)
     elif (tokenizer_dir / "tokenizer.json").is_file():  # resuming: the run's own tokenizer
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir)
     else:
         with accelerator.main_process_first():
             if accelerator.is_main_process:
                 train = corpus[config.train_split]
                 texts = (text for pair in zip(train["source"], train["target"]) for text in pair)
                 bpe = train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False)
-                _save_folder_atomically(tokenizer_dir, bpe.save_pretrained)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+                save_folder_atomically(tokenizer_dir, bpe.save_pretrained)
+        tokenizer = load_tokenizer(tokenizer_dir)
 
     splits, dropped = {}, {}
     for name in {config.train_split, config.valid_split, config.test_split} - {None}:
@@ -332,8 +97,6 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
 
 
 def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, torch.Tensor]:
-    from .data import collate_batch
-
     return collate_batch(
         [{"input_ids": split.input_ids[i], "labels": split.labels[i]} for i in indices], pad_token_id=pad_token_id
     )
@@ -343,13 +106,9 @@ def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, 
 # The loop
 # --------------------------------------------------------------------------------------------
 def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer
-
-    if config.init_from is not None:
-        model = VanillaTransformerForConditionalGeneration.from_pretrained(config.init_from)
-    else:
-        preset = getattr(VanillaTransformerConfig, config.preset)
-        model = VanillaTransformerForConditionalGeneration(preset(**{**config_ids_from_tokenizer(tokenizer), **config.model}))
+    if config.init_from is None:
+        return new_model(config.preset, tokenizer, **config.model)
+    model = load_model(config.init_from)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model
 
@@ -367,8 +126,6 @@ def _loss_sums(model, batch: dict, label_smoothing: float) -> tuple[torch.Tensor
 
 @torch.no_grad()
 def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
-    from .data import TokenBucketBatchSampler
-
     model.eval()
     sampler = TokenBucketBatchSampler(
         list(zip(map(len, split.input_ids), map(len, split.labels))),
@@ -391,8 +148,6 @@ def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad
 
 
 def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accelerator) -> dict:
-    from .evaluation import score, translate
-
     n = min(config.eval_bleu_sentences, len(split.sources))
     if n == 0 or not accelerator.is_main_process:
         return {}
@@ -408,10 +163,29 @@ def _attention_pictures(model, tokenizer, split: _Split, config: TrainConfig, ac
     """Main process, at an evaluation: the attention maps (last layer, every head) of validation pair
     ``config.attention_pictures``, its reference translation read by the decoder as in training, so
     that the pictures of successive evaluations are comparable."""
-    from .visualization import draw_attention_maps
-
     i = config.attention_pictures
     draw_attention_maps(accelerator.unwrap_model(model), tokenizer, split.sources[i], folder, target=split.targets[i])
+
+
+def _progress_bar(config: TrainConfig, step: int, start_time: float, show: bool) -> tqdm:
+    """Steps out of ``max_steps``; with ``max_minutes``, seconds out of that budget, which is what stops
+    such a run (its ``max_steps`` is only a ceiling), and the step in the description."""
+    if config.max_minutes is None:
+        return tqdm(total=config.max_steps, initial=step, desc="training", disable=not show)
+    budget = config.max_minutes * 60
+    return tqdm(
+        total=budget, initial=min(time.monotonic() - start_time, budget), desc=f"training, step {step}",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}", disable=not show,
+    )  # fmt: skip
+
+
+def _advance(bar: tqdm, config: TrainConfig, step: int, start_time: float) -> None:
+    """Show that ``step`` is done: one step more, or the seconds spent so far and the step."""
+    if config.max_minutes is None:
+        bar.update(1)
+    else:
+        bar.set_description(f"training, step {step}", refresh=False)
+        bar.update(min(time.monotonic() - start_time, bar.total) - bar.n)
 
 
 def train(config: TrainConfig) -> dict:
@@ -421,11 +195,6 @@ def train(config: TrainConfig) -> dict:
     state + ``trainer_state.json``), ``final/`` (model, tokenizer, generation config, model card),
     ``train_config.json``, ``results.json``; with ``attention_pictures``, ``pictures/step-<step>/``.
     """
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-
-    from .data import TokenBucketBatchSampler
-
     start_time = time.monotonic()
     if config.push_to_hub is not None:
         _check_hub_upload_possible(config.push_to_hub)  # before training, not after hours of it
@@ -457,8 +226,6 @@ def train(config: TrainConfig) -> dict:
     log(f"data ready in {time.monotonic() - start_time:.0f} s")
     train_split, valid_split = splits[config.train_split], splits[config.valid_split]
     if config.attention_pictures is not None:  # fail now, not at the first evaluation
-        from .visualization import require_matplotlib
-
         require_matplotlib()
         if config.attention_pictures >= len(valid_split.sources):
             raise ValueError(f"attention_pictures={config.attention_pictures}: the validation split has "
@@ -474,7 +241,10 @@ def train(config: TrainConfig) -> dict:
         attention = "eager" if accelerator.device.type == "cpu" and config.mixed_precision == "bf16" else "sdpa"
     model.set_attn_implementation(attention)  # for this run only: not written into the saved config
     log(f"attention: {attention}")
-    optimizer, scheduler = make_optimizer_and_schedule(model, config, model.config.d_model)
+    optimizer, scheduler = make_optimizer_and_schedule(
+        model, model.config.d_model, config.warmup_steps, config.lr_factor, (config.adam_beta1, config.adam_beta2),
+        config.adam_epsilon,
+    )  # fmt: skip
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     pad_id = tokenizer.pad_token_id
 
@@ -510,15 +280,14 @@ def train(config: TrainConfig) -> dict:
         else:
             log("--resume: no checkpoint found, starting from scratch")
     if accelerator.is_main_process:
-        _write_json_atomic(output_dir / "train_config.json", dataclasses.asdict(config))
+        write_json_atomically(output_dir / "train_config.json", dataclasses.asdict(config))
     if config.log_with:
         accelerator.init_trackers("vanilla_transformer", config={k: str(v) for k, v in dataclasses.asdict(config).items()})
 
     model.train()
     log(f"training from step {state['step']} to step {config.max_steps}"
         + (f" or {config.max_minutes:g} minutes" if config.max_minutes else ""))  # fmt: skip
-    show = config.progress and accelerator.is_local_main_process
-    bar = tqdm(total=config.max_steps, initial=state["step"], desc="training", disable=not show)
+    bar = _progress_bar(config, state["step"], start_time, show=config.progress and accelerator.is_local_main_process)
     deadline = start_time + config.max_minutes * 60 if config.max_minutes else None
     window = torch.zeros(3, dtype=torch.float64)  # smoothed-loss sum, NLL sum, tokens since the last record
     epoch_batches, batches_epoch = [], None
@@ -562,7 +331,7 @@ def train(config: TrainConfig) -> dict:
         state["loop_seconds"] = time.monotonic() - loop_start
         if state["step_in_epoch"] == steps_per_epoch:
             state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
-        bar.update(1)
+        _advance(bar, config, state["step"], start_time)
 
         if state["step"] >= config.max_steps:
             stop_reason = "max_steps"
@@ -593,7 +362,7 @@ def train(config: TrainConfig) -> dict:
     summary = _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir, output_dir)
     summary.update(stop_reason=stop_reason, train_seconds=train_seconds, dropped=dropped)
     if accelerator.is_main_process:
-        _write_json_atomic(output_dir / "results.json", summary)
+        write_json_atomically(output_dir / "results.json", summary)
     accelerator.end_training()
     if accelerator.is_main_process and config.push_to_hub is not None:
         log(f"uploading {summary['final_dir']} to the Hub repository {config.push_to_hub}")
@@ -604,7 +373,7 @@ def train(config: TrainConfig) -> dict:
                 f"Training finished and {summary['final_dir']} is complete, but the upload to {config.push_to_hub} "
                 f"failed ({type(error).__name__}: {error}). Retry with `hf upload {config.push_to_hub} {summary['final_dir']}`."
             ) from error
-        _write_json_atomic(output_dir / "results.json", summary)
+        write_json_atomically(output_dir / "results.json", summary)
     return summary
 
 
@@ -698,11 +467,6 @@ def _check_resume_compatible(checkpoint: Path, model) -> None:
 
 def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir, output_dir) -> dict:
     """Average the last checkpoints (§6.1), save the Hub-ready folder, score the test split."""
-    from .cards import write_model_card
-    from .checkpoints import average_into_model
-    from .evaluation import evaluate_model
-    from .tokenization import match_model_max_length
-
     summary: dict[str, Any] = {key: state[key] for key in ("step", "epoch", "step_in_epoch", "target_tokens", "loop_seconds")}
     summary["processes"] = accelerator.num_processes
     if not accelerator.is_main_process:
@@ -721,7 +485,7 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
         match_model_max_length(tokenizer, unwrapped.config)
         tokenizer.save_pretrained(folder)
 
-    _save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
+    save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
     last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
     summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
     if config.test_split and config.test_split in splits:

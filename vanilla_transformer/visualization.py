@@ -6,7 +6,7 @@ plotted, so that tests can check the picture's content and not only that a file 
 
     §3.5  positional encodings       -> plot_positional_encoding   (the model's own ``pe`` buffer)
     §3.2.3 causal and padding masks  -> plot_masks                 (the model's create_causal_mask / create_bidirectional_mask)
-    §5.3  learning-rate schedule     -> plot_learning_rate         (training.noam_learning_rate)
+    §5.3  learning-rate schedule     -> plot_learning_rate         (schedule.noam_learning_rate)
     §5.4  label smoothing            -> plot_label_smoothing       (the target distribution of F.cross_entropy's smoothing)
     §3.2  attention maps             -> attention_maps, plot_attention, draw_attention_maps
                                          (eager attention weights of a saved or training model)
@@ -28,13 +28,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .modeling_vanilla_transformer import (
+    VanillaTransformerSinusoidalPositionalEncoding,
+    create_bidirectional_mask,
+    create_causal_mask,
+)
+from .schedule import noam_learning_rate
+
 __all__ = [
     "attention_maps",
     "attention_weights",
     "draw_all",
     "draw_attention_maps",
     "label_smoothing_distribution",
-    "load_model_and_tokenizer",
     "plot_attention",
     "plot_label_smoothing",
     "plot_learning_rate",
@@ -129,8 +136,6 @@ def plot_positional_encoding(
     module the model uses. Returns ``{"encoding": [num_positions, d_model] tensor, "dims",
     "curves": {dim: [num_positions] tensor}, "learned", "path"}``.
     """
-    from .modeling_vanilla_transformer import VanillaTransformerSinusoidalPositionalEncoding
-
     if model is not None:
         module = _base_model(model).encoder.embed_positions
     else:
@@ -176,8 +181,6 @@ def plot_positional_encoding(
 # §3.2.3 Masks: built by the functions the model calls (eager attention: additive 0 / -inf masks)
 # --------------------------------------------------------------------------------------------
 def _eager_config(config=None):
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
-
     config = copy.deepcopy(config) if config is not None else VanillaTransformerConfig()
     config._attn_implementation = "eager"
     return config
@@ -203,8 +206,6 @@ def plot_masks(
     additive masks ``*_additive`` they were read from, the 2-D ``attention_mask`` [B, T] of the
     batch, ``padded_index``, ``length`` (its real tokens), ``tokens`` and ``path``.
     """
-    from .modeling_vanilla_transformer import create_bidirectional_mask, create_causal_mask
-
     if tokenizer is not None:
         sentences = list(sentences or ("Ein Mann fährt Fahrrad auf der Straße.", "Zwei Hunde spielen."))
         batch = tokenizer(sentences, padding=True, return_tensors="pt")
@@ -274,13 +275,11 @@ def plot_masks(
 def plot_learning_rate(
     path: str | Path, settings: Sequence[tuple[int, int]] = SCHEDULES, max_steps: int = 40000
 ) -> dict[str, Any]:
-    """lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), from ``training.noam_learning_rate``
+    """lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), from ``schedule.noam_learning_rate``
     (which ``make_optimizer_and_schedule``'s scheduler is tested to equal) for each (d_model, warmup).
 
     Returns ``{"steps": [max_steps] tensor (1..max_steps), "curves": {(d_model, warmup): tensor}, "path"}``.
     """
-    from .training import noam_learning_rate
-
     steps = torch.arange(1, max_steps + 1)
     curves = {
         (d, w): torch.tensor([noam_learning_rate(s, d, w) for s in steps.tolist()], dtype=torch.float64) for d, w in settings
@@ -655,15 +654,6 @@ def _shorten(text: str, limit: int = 90) -> str:
 # --------------------------------------------------------------------------------------------
 # Everything at once (the `visualize` command)
 # --------------------------------------------------------------------------------------------
-def load_model_and_tokenizer(folder: str | Path, device: str | None = None):
-    """A saved model folder (model + tokenizer), loaded with eager attention, in eval mode."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
-    return model.to(device or "cpu"), tokenizer
-
-
 def _shorter_sentence(source: str) -> str:
     words = source.split()
     return " ".join(words[: max(1, len(words) // 2)])

@@ -1,6 +1,6 @@
 """A toy task that needs no data: reverse a random token string.
 
-Used by ``vanilla-transformer demo`` and by the test that proves a tiny model really learns.
+Used by ``examples/demo.py`` and by the test that proves a tiny model really learns.
 """
 
 import time
@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_TOKEN = 4  # ids 0..3 are <pad>, <s>, </s>, <unk>

@@ -22,14 +22,14 @@ from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data import collate_batch, load_parallel_corpus
 from vanilla_transformer.evaluation import translate
 from vanilla_transformer.finetuning import (
+    build_model_and_tokenizer,
     build_trainer,
     finetune,
     make_training_arguments,
-    paper_learning_rate,
     prepare_datasets,
 )
+from vanilla_transformer.schedule import noam_learning_rate, peak_learning_rate
 from vanilla_transformer.tokenization import train_joint_bpe
-from vanilla_transformer.training import noam_learning_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 # One thread: tiny models gain nothing from a second one, and lose 10-100x when the other core is busy.
@@ -58,13 +58,10 @@ def tokenizer(pairs):
 
 
 def test_trainer_learning_rate_is_the_papers_formula_at_every_step(tokenizer, tmp_path):
-    # The stated equality, for the paper's base model: peak = 512^-0.5 * 4000^-0.5.
-    assert paper_learning_rate(512, 4000) == pytest.approx(6.987712e-4, rel=1e-6)
-    assert paper_learning_rate(512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-15)
-
     model = tiny_model(vocab_size=len(tokenizer))
     d_model, warmup, steps = model.config.d_model, 4000, 20_000
     args = make_training_arguments(tmp_path, d_model, warmup_steps=warmup, max_steps=steps)
+    assert args.learning_rate == peak_learning_rate(d_model, warmup)
     trainer = build_trainer(model, tokenizer, args)
     trainer.create_optimizer_and_scheduler(num_training_steps=steps)
 
@@ -82,6 +79,18 @@ def test_trainer_learning_rate_is_the_papers_formula_at_every_step(tokenizer, tm
     for group in rates.T:
         np.testing.assert_allclose(group, expected, rtol=1e-10, atol=0)
     assert rates[:, 0].argmax() == warmup and rates[0, 0] == 0.0
+
+
+def test_a_fresh_preset_gets_a_joint_bpe_of_its_training_pairs(pairs):
+    train = pairs["train"].select(range(300))
+    model, tokenizer = build_model_and_tokenizer(train, "big", vocab_size=400, attn_implementation="eager",
+                                                 d_model=32, encoder_layers=1, decoder_layers=1,
+                                                 encoder_ffn_dim=64, decoder_ffn_dim=64)  # fmt: skip
+    assert model.config.vocab_size == len(tokenizer) <= 400 and model.config._attn_implementation == "eager"
+    assert model.config.encoder_attention_heads == 16  # the big preset's, not overridden
+    assert tokenizer.tokenize(train["target"][0])  # learned on both languages
+    with pytest.raises(ValueError, match="preset must be one of 'base', 'big'"):
+        build_model_and_tokenizer(train, "huge", tokenizer=tokenizer)
 
 
 def test_finetuning_a_saved_model_lowers_eval_loss_and_reports_bleu_and_chrf(corpus, tokenizer, tmp_path):

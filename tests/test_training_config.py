@@ -1,0 +1,60 @@
+"""The settings of a training run: defaults, range checks, files, and the help of every field."""
+
+import dataclasses
+import json
+
+import pytest
+
+from vanilla_transformer.loading import PRESETS
+from vanilla_transformer.training import TrainConfig as ReExported
+from vanilla_transformer.training_config import TrainConfig, options_from_file
+
+
+def test_every_field_says_what_it_means():
+    for field in dataclasses.fields(TrainConfig):
+        assert len(field.metadata.get("help", "")) > 10, f"TrainConfig.{field.name} has no help"
+        assert "%" not in field.metadata["help"], f"TrainConfig.{field.name}: argparse would read % as a format"
+
+
+def test_the_defaults_are_the_papers_recipe():
+    config = TrainConfig()
+    assert (config.preset, config.warmup_steps, config.label_smoothing, config.average_last) == ("base", 4000, 0.1, 5)
+    assert (config.adam_beta1, config.adam_beta2, config.adam_epsilon, config.eval_num_beams) == (0.9, 0.98, 1e-9, 4)
+    assert config.model == {} and config.model is not TrainConfig().model  # a fresh dict each time
+    assert ReExported is TrainConfig  # `from vanilla_transformer.training import TrainConfig` still works
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [(dict(max_tokens=0), "max_tokens"), (dict(mixed_precision="fp8"), "mixed_precision"),
+     (dict(label_smoothing=1.0), "label_smoothing"), (dict(preset="huge"), "preset"),
+     (dict(attention_pictures=-1), "attention_pictures"), (dict(max_minutes=0), "max_minutes")],
+)  # fmt: skip
+def test_out_of_range_options_are_rejected(overrides, words):
+    with pytest.raises(ValueError, match=f"TrainConfig: {words}=.* is out of range"):
+        TrainConfig(**overrides)
+
+
+def test_every_preset_is_accepted():
+    assert [TrainConfig(preset=preset).preset for preset in PRESETS] == list(PRESETS)
+
+
+def test_options_from_yaml_and_json_files_and_unknown_keys(tmp_path):
+    (tmp_path / "run.yaml").write_text("max_steps: 7\nmodel:\n  d_model: 64\ntest_split: null\n")
+    config = TrainConfig.from_file(tmp_path / "run.yaml", seed=5)
+    assert (config.max_steps, config.model, config.seed, config.test_split) == (7, {"d_model": 64}, 5, None)
+    (tmp_path / "run.json").write_text(json.dumps({"max_steps": 9, "mixed_precision": "bf16"}))
+    assert options_from_file(tmp_path / "run.json") == {"max_steps": 9, "mixed_precision": "bf16"}
+    assert TrainConfig.from_file(tmp_path / "run.json", max_steps=3).max_steps == 3  # overrides win
+    (tmp_path / "empty.yaml").write_text("")
+    assert TrainConfig.from_file(tmp_path / "empty.yaml") == TrainConfig()
+    (tmp_path / "bad.yaml").write_text("max_stepz: 7\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: unknown training option\(s\) \['max_stepz'\]"):
+        TrainConfig.from_file(tmp_path / "bad.yaml")
+
+
+def test_a_saved_train_config_json_reads_back_as_the_same_settings(tmp_path):
+    """The training command writes dataclasses.asdict(config) to train_config.json; it is a valid config file."""
+    config = TrainConfig(model={"d_model": 64}, max_minutes=3.5, attention_pictures=2)
+    (tmp_path / "train_config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    assert TrainConfig.from_file(tmp_path / "train_config.json") == config
