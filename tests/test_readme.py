@@ -3,7 +3,6 @@
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -40,13 +39,3 @@ def test_readme_parameter_counts_are_the_measured_ones():
     for preset in ("base", "big"):
         count = count_parameters(getattr(VanillaTransformerConfig, preset)(vocab_size=37000))
         assert re.search(rf"\| `{preset}` \|.*\| {count:,} \|", README), (preset, count)
-
-
-@pytest.mark.parametrize("steps", [30])
-def test_demo_command_saves_reloads_and_generates(tmp_path, capsys, steps):
-    from vanilla_transformer.cli import main
-
-    assert main(["demo", "--output-dir", str(tmp_path / "demo"), "--steps", str(steps)]) == 0
-    printed = capsys.readouterr().out
-    assert "saved to" in printed and printed.count(" -> ") == 3
-    assert (tmp_path / "demo" / "modeling_vanilla_transformer.py").is_file()
