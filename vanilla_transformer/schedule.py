@@ -58,8 +58,7 @@ def make_optimizer_and_schedule(
     """
     parameters = list(model.parameters())
     # torch's fused Adam: one pass over each parameter and its two moments, where the default `foreach`
-    # path makes about a dozen. The same update, 205 -> 40 ms per step at the base size on 2 CPU cores
-    # (the default path took 13 % of a bf16 training step). transformers' Trainer defaults to it too.
+    # path makes about a dozen; the same update (docs/performance-log.md). transformers' Trainer defaults to it too.
     fused = bool(parameters) and all(p.device.type in FUSED_ADAM_DEVICES for p in parameters)
     peak = peak_learning_rate(d_model, warmup_steps, lr_factor)
     optimizer = torch.optim.Adam(parameters, lr=peak, betas=betas, eps=eps, fused=fused or None)

@@ -423,8 +423,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: 
 
 def resolve_mixed_precision(mixed_precision: str, cpu: bool) -> str:
     """``auto`` -> ``bf16`` where the hardware has bf16 units: CUDA GPUs that support bf16, and CPUs with AMX
-    or AVX512-BF16 (where, on 2 cores, a Multi30k run trained 1.29x as fast as in fp32, its loss within 0.3 %
-    of fp32's over 300 steps: benchmarks/bf16_curve.py); ``no`` elsewhere. Other values are returned as given."""
+    or AVX512-BF16 (measured against fp32 by benchmarks/bf16_curve.py); ``no`` elsewhere. Other values are returned as given."""
     if mixed_precision != "auto":
         return mixed_precision
     if not cpu:

@@ -73,8 +73,8 @@ class TrainConfig:
         help="autocast dtype; auto: bf16 where the hardware has bf16 units, else no",
         metadata={"choices": MIXED_PRECISIONS},
     )
-    # auto: eager for bf16 on CPUs, where torch's flash-attention backward is slow on sentence lengths
-    # (measured: 1.4x slower per step)
+    # auto: eager for bf16 on CPUs, where torch's flash-attention backward is slower at sentence lengths
+    # (docs/performance-log.md)
     attn_implementation: str = HfArg(
         default="auto",
         help="attention kernel; auto: eager for bf16 on a CPU, sdpa otherwise",
