@@ -2,6 +2,7 @@
 
     python benchmarks/speed.py                  # everything: small and base sizes (~15 min on 2 cores)
     python benchmarks/speed.py --sections train generate
+    python benchmarks/speed.py --precisions fp32   # a CPU without bf16 units (no AMX / AVX512-BF16), where bf16 is emulated
     python benchmarks/speed.py --smoke          # tiny sizes, one repeat: checks the script itself
 
 MarianMTModel is the nearest built-in model (post-LN, sinusoidal positions, tied embeddings); it is
@@ -242,7 +243,7 @@ def section_train(args, sizes: list[str]) -> list[dict]:
         size = SIZES[size_name]
         data = batch(size, *TRAIN_BATCH)
         flops = model_flops(size, *TRAIN_BATCH)
-        for precision in ("no", "bf16"):
+        for precision in args.mixed_precisions:
             peak = args.peaks["bf16" if precision == "bf16" else "fp32"]
             # ours: the training command's attention choice (eager for bf16 on CPU, else sdpa);
             # Marian: the faster of its two implementations, measured
@@ -274,7 +275,7 @@ def section_memory(args, sizes: list[str]) -> list[dict]:
     """Peak training memory of each model, each in a fresh process (attention as in ``section_train``)."""
     rows = []
     for size_name in sizes:
-        for precision in ("no", "bf16"):
+        for precision in args.mixed_precisions:
             attention = "eager" if precision == "bf16" else "sdpa"
             ours = train_peak_memory("ours", size_name, precision, attention) / 2**20
             marian = min(train_peak_memory("marian", size_name, precision, a) for a in ("sdpa", "eager")) / 2**20
@@ -291,7 +292,7 @@ def section_generate(args, sizes: list[str]) -> list[dict]:
     for size_name in sizes:
         size = SIZES[size_name]
         models = {kind: build(kind, size).eval() for kind in ("ours", "marian")}
-        for precision in ("no", "bf16"):
+        for precision in args.mixed_precisions:
             for beams, n in ((1, 1), (1, 32), (4, 1), (4, 32)):
                 runs = {k: generation_run(m, size, n, new_tokens, beams, precision) for k, m in models.items()}
                 seconds = _interleaved_medians(runs, args.warmup, args.repeats)
@@ -428,7 +429,8 @@ def markdown(results: dict) -> str:
     env = results["environment"]
     lines = [
         f"Measured {env['date']} on {env['cpu']} ({env['threads']} threads), torch {env['torch']}, transformers "
-        f"{env['transformers']}; matmul peak fp32 {env['peak_fp32'] / 1e9:.0f} GFLOP/s, bf16 {env['peak_bf16'] / 1e9:.0f} GFLOP/s.",
+        f"{env['transformers']}; matmul peak fp32 {env['peak_fp32'] / 1e9:.0f} GFLOP/s"
+        + (f", bf16 {env['peak_bf16'] / 1e9:.0f} GFLOP/s." if env["peak_bf16"] else "."),
         "",
     ]
     if results.get("train"):
@@ -489,6 +491,8 @@ def main(argv: list[str] | None = None) -> dict:
     sections = ["train", "memory", "generate", "length", "epoch"]
     parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
     parser.add_argument("--sizes", nargs="+", default=["small", "base"], choices=list(SIZES))
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"],
+                        help="of the train, memory and generate sections (bf16: autocast)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (tests use it)")
@@ -497,7 +501,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.smoke:
         args.sizes, args.repeats, args.warmup = ["smoke"], 1, 1
-    args.peaks = {"fp32": matmul_peak(torch.float32, 512 if args.smoke else 4096), "bf16": matmul_peak(torch.bfloat16, 512 if args.smoke else 4096)}
+    args.mixed_precisions = ["no" if p == "fp32" else p for p in args.precisions]  # Accelerate's names
+    bf16_peak_needed = "bf16" in args.precisions or {"length", "epoch"} & set(args.sections)
+    args.peaks = {"fp32": matmul_peak(torch.float32, 512 if args.smoke else 4096),
+                  "bf16": matmul_peak(torch.bfloat16, 512 if args.smoke else 4096) if bf16_peak_needed else None}  # fmt: skip
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor())
     results = {"environment": {
         "date": time.strftime("%Y-%m-%d"), "cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -515,7 +522,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "epoch" in args.sections:
         results["epoch"] = section_epoch(args)
     args.output.mkdir(parents=True, exist_ok=True)
-    stem = "speed" if args.sections == sections else "speed-" + "-".join(args.sections)
+    stem = "-".join(["speed", *([] if args.sections == sections else args.sections),
+                     *([] if args.precisions == ["fp32", "bf16"] else args.precisions)])  # fmt: skip
     (args.output / f"{stem}.json").write_text(json.dumps(results, indent=2))
     (args.output / f"{stem}.md").write_text(markdown(results))
     if results.get("length"):
