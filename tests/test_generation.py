@@ -249,3 +249,55 @@ def test_the_private_names_listed_are_exactly_those_the_loop_uses():
     assert used_config == set(generation.PRIVATE_GENERATION_CONFIG_ATTRIBUTES)
     for name in generation.PRIVATE_GENERATION_METHODS:
         assert hasattr(transformers.GenerationMixin, name), name
+
+
+# ------------------------------------------------------------------ continuing from a returned cache
+CONTINUE = dict(eos_token_id=None, forced_eos_token_id=None, return_dict_in_generate=True, output_scores=True, use_cache=True)
+
+
+def _cache_tensors(cache) -> list[torch.Tensor]:
+    return [t for sub in (cache.self_attention_cache, cache.cross_attention_cache) for layer in sub.layers for t in (layer.keys, layer.values)]
+
+
+def _continue(model, src, mask, first, num_beams, cache):
+    """generate() again from ``first``'s sequences, with ``cache`` (or none), for one more token."""
+    return model.generate(
+        src, attention_mask=mask, decoder_input_ids=first.sequences, decoder_attention_mask=torch.ones_like(first.sequences),
+        cache=cache, max_new_tokens=1, num_beams=num_beams, **CONTINUE,
+    )  # fmt: skip
+
+
+def test_greedy_generation_continued_from_its_cache_equals_one_call():
+    """transformers' own check (GenerationTesterMixin.test_generate_continue_from_past_key_values): 4 tokens at
+    once, or 3 and then 1 more from the returned cache, give the same tokens, scores and caches."""
+    model = tiny_model()
+    src, mask = random_ids(2, 7), torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    once = model.generate(src, attention_mask=mask, max_new_tokens=4, num_beams=1, **CONTINUE)
+    first = model.generate(src, attention_mask=mask, max_new_tokens=3, num_beams=1, **CONTINUE)
+    then = _continue(model, src, mask, first, 1, first.cache)
+    assert torch.equal(once.sequences, then.sequences)
+    for a, b in zip(once.scores, first.scores + then.scores, strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(_cache_tensors(once.cache), _cache_tensors(then.cache), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("num_return_sequences", [1, 2])
+def test_beam_search_returns_the_cache_of_the_sequences_it_returns(num_return_sequences):
+    """After beam search the returned cache holds the keys and values of the returned sequences (each row repeated
+    for the beams of the next call), so that continuing from it equals continuing without it. transformers' loop
+    leaves the running beams' caches there, which belong to other hypotheses than the returned best ones."""
+    model = tiny_model()
+    src, mask = random_ids(2, 7), torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    first = model.generate(src, attention_mask=mask, max_new_tokens=3, num_beams=4, num_return_sequences=num_return_sequences, **CONTINUE)
+    # the keys and values of the returned sequences but their last token, computed afresh, one row per beam to come
+    rows = first.sequences[:, :-1].repeat_interleave(4, dim=0)
+    expanded = dict(input_ids=src.repeat_interleave(4 * num_return_sequences, 0), attention_mask=mask.repeat_interleave(4 * num_return_sequences, 0))
+    fresh = model(**expanded, decoder_input_ids=rows, use_cache=True).cache
+    for a, b in zip(_cache_tensors(first.cache), _cache_tensors(fresh), strict=True):
+        torch.testing.assert_close(a, b)
+    src, mask = (t.repeat_interleave(num_return_sequences, 0) for t in (src, mask))
+    with_cache = _continue(model, src, mask, first, 4, first.cache)
+    without = _continue(model, src, mask, first, 4, None)
+    assert torch.equal(with_cache.sequences, without.sequences)
+    torch.testing.assert_close(with_cache.scores[0], without.scores[0])

@@ -375,3 +375,41 @@ def test_bad_inputs_raise_value_errors_that_say_what_is_wrong(model, kwargs, wor
     with pytest.raises(ValueError) as error:
         model(**kwargs)
     assert words in str(error.value)
+
+
+# ------------------------------------------------------------------ what transformers expects of a model
+def _flat(values) -> list:
+    """Tensors of a (nested) tuple, in order; caches by their keys and values."""
+    from transformers.cache_utils import EncoderDecoderCache
+
+    flat = []
+    for value in values:
+        if isinstance(value, EncoderDecoderCache):
+            for sub in (value.self_attention_cache, value.cross_attention_cache):
+                flat += [t for layer in sub.layers for t in (layer.keys, layer.values)]
+        elif isinstance(value, (tuple, list)):
+            flat += _flat(value)
+        else:
+            flat.append(value)
+    return flat
+
+
+@pytest.mark.parametrize(
+    "head, extra",
+    [(head, extra) for head in (False, True) for extra in ({}, {"output_hidden_states": True}, {"use_cache": True})]
+    + [(True, {"labels": True})],
+)
+def test_return_dict_false_returns_the_outputs_tuple(head, extra):
+    """As every transformers model: ``return_dict=False`` (argument or config) gives ``to_tuple()`` of the output."""
+    model = tiny_model()
+    base = model if head else model.model
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    kwargs = dict(input_ids=src, attention_mask=torch.tensor([[1] * 6, [1] * 4 + [0] * 2]), decoder_input_ids=tgt)
+    kwargs.update({"labels": tgt} if extra.get("labels") else extra)
+    expected = base(**kwargs, return_dict=True).to_tuple()
+    got = base(**kwargs, return_dict=False)
+    assert type(got) is tuple and len(got) == len(expected)
+    for a, b in zip(_flat(got), _flat(expected), strict=True):
+        assert torch.equal(a, b)
+    base.config.return_dict = False
+    assert type(base(**kwargs)) is tuple

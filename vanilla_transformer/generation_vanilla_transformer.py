@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 import transformers
 from transformers import GenerationMixin
-from transformers.cache_utils import Cache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
@@ -219,7 +219,43 @@ def in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, mo
 # The loop
 # --------------------------------------------------------------------------------------------
 class VanillaTransformerGenerationMixin(GenerationMixin):
-    """transformers' ``GenerationMixin`` with the in-place beam search (see the module docstring)."""
+    """transformers' ``GenerationMixin`` with the in-place beam search (see the module docstring), and a
+    returned beam-search cache that continues the returned sequences (``_cache_of_sequences``)."""
+
+    def _cache_of_sequences(self, sequences: torch.Tensor, cache: EncoderDecoderCache, num_beams: int, source: dict) -> EncoderDecoderCache:
+        """The cache a next ``generate(decoder_input_ids=sequences, cache=..., num_beams=num_beams)`` continues from.
+
+        Beam search returns its best finished hypotheses, but transformers' loop leaves in its cache the keys and
+        values of the beams still running at the last step: other hypotheses, in another order. Continuing from
+        that cache feeds each returned sequence's last token on top of another hypothesis's past. Here the cache is
+        recomputed for the returned sequences, but their last token (which the next call feeds), each row repeated
+        for the ``num_beams`` rows the next call expands it to; the cache object is reused when its rows match.
+        One encoder and one decoder pass, run only when a beam search returns its cache
+        (``return_dict_in_generate=True``). ``source``: ``input_ids`` and ``attention_mask``, or ``encoder_outputs``.
+        """
+        if sequences.shape[1] < 2:
+            return cache
+        encoder_outputs, mask = source.get("encoder_outputs"), source.get("attention_mask")
+        if encoder_outputs is None:
+            input_ids = source["input_ids"]
+            if mask is None and bool((input_ids == self.config.pad_token_id).any()):  # as generate infers it
+                mask = (input_ids != self.config.pad_token_id).long()
+            encoder_outputs = self.get_encoder()(input_ids=input_ids, attention_mask=mask)
+        encoder_hidden = encoder_outputs[0]
+        repeat = sequences.shape[0] * num_beams // encoder_hidden.shape[0]
+        layer = cache.self_attention_cache.layers[0]
+        if getattr(layer, "keys", None) is not None and layer.keys.shape[0] == sequences.shape[0] * num_beams:
+            cache.reset()
+        else:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        self.get_decoder()(
+            input_ids=sequences[:, :-1].repeat_interleave(num_beams, dim=0),
+            encoder_hidden_states=encoder_hidden.repeat_interleave(repeat, dim=0),
+            encoder_attention_mask=None if mask is None else mask.repeat_interleave(repeat, dim=0),
+            cache=cache,
+            use_cache=True,
+        )
+        return cache
 
     def _beam_search(self, *args, **kwargs):
         reason = in_place_beam_search_unavailable()

@@ -51,7 +51,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import logging
+from transformers.utils import can_return_tuple, logging
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -525,6 +525,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder.embed_tokens = value
         self.decoder.embed_tokens = value
 
+    @can_return_tuple  # return_dict=False (argument or config): the output's to_tuple(), as every transformers model
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
@@ -635,6 +636,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """Used by ``DataCollatorForSeq2Seq(model=...)`` to add ``decoder_input_ids`` to batches."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @can_return_tuple
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
@@ -684,6 +686,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            return_dict=True,
         )
         hidden = outputs.last_hidden_state  # [B, T, d_model]
         logits = loss = nll_loss = None
@@ -750,13 +753,18 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
         output = super().generate(inputs, generation_config, logits_processor, **kwargs)
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
-        if sequences is not None and self.config.eos_token_id is not None and self.config.pad_token_id is not None:
+        eos, pad = kwargs.get("eos_token_id", config.eos_token_id), kwargs.get("pad_token_id", config.pad_token_id)
+        if sequences is not None and eos is not None and pad is not None:
             # Beam search fills finished rows with `pad_token_id or eos_token_id` (transformers 5.24,
             # generation/utils.py), i.e. with </s> when the pad id is 0, as ours is: pad them as greedy does,
             # so that counting non-pad tokens counts the output.
             new = sequences[:, 1:]  # a view: column 0 is the decoder start token, which may be </s> too
-            ended = (new == self.config.eos_token_id).long()
-            new.masked_fill_(ended.cumsum(-1) - ended > 0, self.config.pad_token_id)
+            ended = torch.isin(new, torch.as_tensor(eos, device=new.device)).long()
+            new.masked_fill_(ended.cumsum(-1) - ended > 0, pad)
+        num_beams = kwargs.get("num_beams") or config.num_beams
+        if num_beams > 1 and getattr(output, "cache", None) is not None:  # the cache that continues `sequences`
+            source = {"input_ids": inputs if inputs is not None else kwargs.get("input_ids"), **kwargs}
+            output.cache = self._cache_of_sequences(sequences, output.cache, num_beams, source)
         return output
 
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
