@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bf16_curve  # noqa: E402
 import speed  # noqa: E402
+import trainer_speed  # noqa: E402
 
 
 def test_flop_formula_counts_linear_layers_and_attention():
@@ -66,6 +67,33 @@ def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
     if results["epoch"]:  # needs Multi30k beside the repository
         batchings = {r["batching"]: r for r in results["epoch"]}
         assert len(batchings) == 2 and all(r["target_tokens"] > 0 for r in batchings.values())
+
+
+def test_trainer_speed_smoke_run_compares_the_trainer_paths_on_the_same_batches(tmp_path):
+    results = trainer_speed.main(["--smoke", "--output", str(tmp_path)])
+    saved = json.loads((tmp_path / "trainer-speed.json").read_text())
+    assert saved["rows"] == results["rows"]
+    rows = {r["row"]: r for r in saved["rows"]}
+    assert list(rows) == ["marian", "ours_label_smoother", "ours_fused", "ours_package_step"]
+    assert rows["marian"]["ratio_to_marian"] == 1.0
+    for row in rows.values():
+        assert row["tokens_per_s"] > 0 and row["repeats"] == 1
+        assert math.isclose(row["ratio_to_marian"], row["tokens_per_s"] / rows["marian"]["tokens_per_s"], rel_tol=1e-9)
+    # the fused row really skipped the logits; the LabelSmoother rows made them
+    assert saved["made_logits"] == {"marian": True, "ours_label_smoother": True, "ours_fused": False}
+    table = (tmp_path / "trainer-speed.md").read_text()
+    assert "TranslationSeq2SeqTrainer (fused loss)" in table and "/ Marian" in table
+
+
+def test_trainer_speed_batches_are_padded_as_the_seq2seq_collator_pads_them():
+    size = trainer_speed.speed.SIZES["smoke"]
+    first, second = trainer_speed.make_batches(size, 2, 16, (4, 12))
+    assert not torch.equal(first["labels"], second["labels"])
+    for batch in (first, second):
+        labels, decoder_inputs = batch["labels"], batch["decoder_input_ids"]
+        assert (labels == -100).any() and (batch["attention_mask"] == 0).any()  # padding on both sides
+        assert torch.equal(decoder_inputs[:, 1:], labels[:, :-1].masked_fill(labels[:, :-1] == -100, 0))
+        assert (decoder_inputs[:, 0] == 1).all()
 
 
 @pytest.mark.parametrize("argv", [["--sizes", "nope"], ["--sections", "nope"]])

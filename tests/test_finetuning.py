@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_model
-from transformers import AutoTokenizer, EvalPrediction, TrainerCallback
+from transformers import AutoTokenizer, DataCollatorForSeq2Seq, EvalPrediction, Seq2SeqTrainer, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data import collate_batch, load_parallel_corpus
 from vanilla_transformer.evaluation import translate
 from vanilla_transformer.finetuning import (
+    TranslationSeq2SeqTrainer,
     build_model_and_tokenizer,
     build_trainer,
     finetune,
@@ -146,6 +147,74 @@ def test_evaluate_without_generation_reports_the_loss(pairs, tokenizer, tmp_path
     assert trainer.evaluate()["eval_loss"] == pytest.approx(metrics["eval_loss"])
 
 
+def _padded_batch(pairs, tokenizer, model, n: int = 4) -> dict:
+    """``n`` training pairs of different target lengths, as DataCollatorForSeq2Seq pads them (labels -100)."""
+    train, _, _ = prepare_datasets(pairs["train"].select(range(60)), None, tokenizer)
+    by_length = {}
+    for i, labels in enumerate(train["labels"]):
+        by_length.setdefault(len(labels), i)
+    chosen = sorted(by_length)[:: max(1, len(by_length) // n)][:n]
+    batch = DataCollatorForSeq2Seq(tokenizer, model=model)([train[by_length[k]] for k in chosen])
+    assert (batch["labels"] == -100).any() and len(set(chosen)) == n  # padding present, lengths differ
+    return dict(batch)
+
+
+@pytest.mark.parametrize("num_items_in_batch", [None, 97])
+def test_fused_training_loss_equals_the_label_smoothers_value_and_gradients(pairs, tokenizer, tmp_path, num_items_in_batch):
+    """``TranslationSeq2SeqTrainer.compute_loss`` in training asks the model for the smoothed loss
+    without logits; transformers' ``Seq2SeqTrainer`` applies ``LabelSmoother`` to the logits. Same
+    loss, same gradients, on a padded batch, with and without ``num_items_in_batch`` (97: more tokens
+    than the batch has, as under gradient accumulation)."""
+    results = {}
+    for name, trainer_class in (("label_smoother", Seq2SeqTrainer), ("fused", TranslationSeq2SeqTrainer)):
+        model = tiny_model(vocab_size=len(tokenizer)).train()  # same seed: same weights; dropout 0
+        args = make_training_arguments(tmp_path / name, model.config.d_model, disable_tqdm=True)
+        trainer = trainer_class(model=model, args=args)
+        assert trainer.label_smoother is not None and trainer.label_smoother.epsilon == 0.1
+        batch = _padded_batch(pairs, tokenizer, model)
+        loss, outputs = trainer.compute_loss(model, batch, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results[name] = (loss.detach(), outputs, grads)
+
+    (reference, plain_outputs, expected), (loss, outputs, grads) = results["label_smoother"], results["fused"]
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-6)
+    assert plain_outputs.logits is not None and outputs.logits is None  # the fused path made no logits
+    torch.testing.assert_close(outputs.loss, loss)  # return_outputs: the model's outputs, its loss the loss
+    assert grads.keys() == expected.keys() and len(grads) > 0
+    for name in expected:
+        torch.testing.assert_close(grads[name], expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_trainer_trains_through_the_fused_loss_and_evaluates_with_logits(pairs, tokenizer, tmp_path):
+    """In training the model is asked for the label-smoothed loss (``smoothing`` = the Trainer's
+    ``label_smoothing_factor``, ``skip_logits=True``, with the Trainer's ``num_items_in_batch``) and
+    returns no logits; evaluation still computes logits and reports ``eval_loss``."""
+    train, eval_set, _ = prepare_datasets(pairs["train"].select(range(40)), pairs["validation"].select(range(8)), tokenizer)
+    model = tiny_model(vocab_size=len(tokenizer))
+    calls = []
+    model.register_forward_hook(
+        lambda module, args, kwargs, output: calls.append((module.training, kwargs, output)), with_kwargs=True
+    )
+    args = make_training_arguments(tmp_path, model.config.d_model, warmup_steps=1, max_steps=2, per_device_train_batch_size=8,
+                                   gradient_accumulation_steps=2, predict_with_generate=False, disable_tqdm=True)  # fmt: skip
+    trainer = build_trainer(model, tokenizer, args, train_dataset=train, eval_dataset=eval_set)
+    trainer.train()
+    training = [(kwargs, output) for is_training, kwargs, output in calls if is_training]
+    assert len(training) == 4  # 2 updates x 2 micro-batches
+    for kwargs, output in training:
+        assert kwargs["skip_logits"] is True and kwargs["smoothing"] == 0.1 and "labels" in kwargs
+        assert int(kwargs["num_items_in_batch"]) > int((kwargs["labels"] != -100).sum())  # the whole update's count
+        assert output.logits is None and torch.isfinite(output.loss)
+    assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+
+    calls.clear()
+    metrics = trainer.evaluate()
+    assert math.isfinite(metrics["eval_loss"]) and calls
+    for is_training, kwargs, output in calls:
+        assert not is_training and not kwargs.get("skip_logits") and output.logits is not None
+
+
 class _GradientsBeforeUpdate(TrainerCallback):
     """Copies every gradient just before the optimizer step (after clipping, which is off here)."""
 
@@ -157,7 +226,8 @@ class _GradientsBeforeUpdate(TrainerCallback):
 
 
 def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokenizer, tmp_path):
-    """2 micro-batches x 2 pairs == 1 batch x 4 pairs, with label smoothing (the Trainer's LabelSmoother).
+    """2 micro-batches x 2 pairs == 1 batch x 4 pairs, with label smoothing (the model's fused loss, and
+    the Trainer's LabelSmoother on the logits: the same gradient).
 
     The 4 pairs have target lengths a < b < c < d with a + d != b + c, so every 2 + 2 split has
     micro-batches with different token counts: averaging per-micro-batch means (the Trainer's
@@ -173,7 +243,7 @@ def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokeni
     data = train.select([by_length[n] for n in chosen])
     n_tokens = sum(chosen)
 
-    def gradient(batch_size: int, accumulation: int, loss_kwargs: bool = True) -> dict:
+    def gradient(batch_size: int, accumulation: int, loss_kwargs: bool = True, fused: bool = True) -> dict:
         model = tiny_model(vocab_size=len(tokenizer)).train()  # same seed: same weights; dropout 0
         seen = []  # num_items_in_batch of each forward call
         model.register_forward_pre_hook(
@@ -186,6 +256,8 @@ def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokeni
             disable_tqdm=True,
         )  # fmt: skip
         trainer = build_trainer(model, tokenizer, args, train_dataset=data, callbacks=[capture])
+        if not fused:  # transformers' own path: logits, then LabelSmoother
+            trainer = Seq2SeqTrainer(model=model, args=args, data_collator=trainer.data_collator, train_dataset=data, callbacks=[capture])
         assert trainer.model_accepts_loss_kwargs and trainer.label_smoother is not None
         trainer.model_accepts_loss_kwargs = loss_kwargs
         trainer.train()
@@ -201,10 +273,12 @@ def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokeni
     reference = {n: p.grad for n, p in reference_model.named_parameters() if p.grad is not None}
 
     one_batch, accumulated = gradient(4, 1), gradient(2, 2)
-    assert one_batch.keys() == accumulated.keys() == reference.keys()
+    smoother_accumulated = gradient(2, 2, fused=False)  # LabelSmoother on the logits, not the fused loss
+    assert one_batch.keys() == accumulated.keys() == smoother_accumulated.keys() == reference.keys()
     for name in reference:
         torch.testing.assert_close(one_batch[name], reference[name], rtol=1e-4, atol=1e-6, msg=name)
         torch.testing.assert_close(accumulated[name], reference[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(accumulated[name], smoother_accumulated[name], rtol=1e-4, atol=1e-6, msg=name)
 
     # The check can fail: per-micro-batch means averaged over the 2 steps give another gradient.
     naive = gradient(2, 2, loss_kwargs=False)
