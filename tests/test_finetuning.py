@@ -123,6 +123,8 @@ def test_finetuning_a_saved_model_lowers_eval_loss_and_reports_bleu_and_chrf(cor
     saved = json.loads((tmp_path / "out" / "generation_config.json").read_text())
     assert "max_length" not in saved and saved["source_length_offset"] == 50 and saved["num_beams"] == 4
     assert json.loads((tmp_path / "out" / "finetune_results.json").read_text())["eval_after"]["eval_bleu"] >= 0
+    # The saved tokenizer_config.json holds the tokenizer's settings, not how the tokenizer was loaded.
+    assert not {"is_local", "local_files_only"} & set(json.loads((tmp_path / "out" / "tokenizer_config.json").read_text()))
 
     # compute_metrics decodes and detokenises: the references scored against themselves give 100 / 100.
     _, eval_set, _ = prepare_datasets(None, load_parallel_corpus(corpus, "en", "de", split="validation"), tokenizer)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,9 +18,18 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 import vanilla_transformer
 import vanilla_transformer.training
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cards import write_model_card
 from vanilla_transformer.cli import main
 from vanilla_transformer.evaluation import translate
+from vanilla_transformer.loading import load_tokenizer
+from vanilla_transformer.tokenization import match_model_max_length, save_tokenizer, train_joint_bpe
+from vanilla_transformer.training_config import TrainConfig
 
+
+#: What transformers writes into a tokenizer's init kwargs when it loads one; not for a saved file.
+LOAD_TIME_KEYS = {"is_local", "local_files_only", "_commit_hash"}
+#: transformers' remote-code prompt, and its warning when the prompt is declined and it loads anyway.
+PROMPT, TYPE_WARNING = "Do you wish to run the custom code", "to instantiate a model of type"
 
 PORTABLE_FILES = (
     "configuration_vanilla_transformer.py",
@@ -139,6 +149,7 @@ def test_the_folder_train_pushes_translates_without_the_package_through_auto_cla
         "pipeline_vanilla_transformer.VanillaTranslationPipeline"
     )
     assert json.loads((run / "results.json").read_text())["hub_commit"].endswith("/commit/0123")
+    assert not set(json.loads((snapshot / "tokenizer_config.json").read_text())) & LOAD_TIME_KEYS
 
     # (b) in-process translations of the uploaded folder, with the package
     texts = (corpus / "valid.en").read_text(encoding="utf-8").splitlines()[:4]
@@ -171,12 +182,60 @@ def test_the_folder_train_pushes_translates_without_the_package_through_auto_cla
     )
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert PROMPT not in result.stdout + result.stderr and TYPE_WARNING not in result.stdout + result.stderr
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["auto"] == expected
     assert out["pipe"] == expected
     assert out["single"] == expected[0]
     assert out["task"] == "vanilla-translation" and out["pipe_class"] == "VanillaTranslationPipeline"
+
+
+def test_the_cards_how_to_use_snippet_runs_without_the_package_and_without_a_prompt(tmp_path):
+    """A folder saved as the training command saves it (a BPE trained, saved, loaded back, saved next to the
+    model, then the card): its tokenizer_config.json carries no load-time keys, and the card's "How to use"
+    snippet, run verbatim where the package cannot be imported and standard input is closed, neither asks
+    "Do you wish to run the custom code?" nor warns about the model type, and tokenizes as in-process."""
+    sentences = ["A dog runs in the park.", "Ein Hund läuft im Park.", "Two children play football.",
+                 "Zwei Kinder spielen Fußball.", "The cat sleeps.", "Die Katze schläft."]  # fmt: skip
+    save_tokenizer(train_joint_bpe(sentences * 20, vocab_size=300), tmp_path / "tokenizer")
+    tokenizer = load_tokenizer(tmp_path / "tokenizer")  # the run's own tokenizer, loaded back
+    model = tiny_model(vocab_size=len(tokenizer))
+    folder = tmp_path / "final"
+    model.save_pretrained(folder)
+    match_model_max_length(tokenizer, model.config)
+    save_tokenizer(tokenizer, folder)
+    write_model_card(folder, config=TrainConfig(data="data/tatoeba_en_de"), model_config=model.config,
+                     summary={"step": 1})  # fmt: skip
+    for saved in (tmp_path / "tokenizer", folder):
+        keys = set(json.loads((saved / "tokenizer_config.json").read_text()))
+        assert not keys & LOAD_TIME_KEYS, (saved.name, sorted(keys & LOAD_TIME_KEYS))
+
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    snippet = re.search(r"## How to use\n\n```python\n(.*?)```", card, re.S).group(1)
+    assert "AutoTokenizer.from_pretrained(" in snippet
+    check = textwrap.dedent(
+        f"""
+        import json
+        ids = tokenizer({sentences!r})["input_ids"]
+        with open({str(tmp_path / "out.json")!r}, "w") as f:
+            json.dump({{"class": type(tokenizer).__name__, "ids": ids,
+                        "decoded": tokenizer.batch_decode(ids, skip_special_tokens=True)}}, f)
+        """
+    )
+    script = 'import sys\nsys.modules["vanilla_transformer"] = None\n' + snippet.replace(
+        "<this folder or repo>", str(folder)) + check  # fmt: skip
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert PROMPT not in output, output[-3000:]
+    assert TYPE_WARNING not in output, output[-3000:]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["class"] == type(tokenizer).__name__
+    assert out["ids"] == tokenizer(sentences)["input_ids"]
+    assert out["decoded"] == sentences

@@ -98,6 +98,10 @@ def test_save_and_autotokenizer_reload(tok, tmp_path):
     assert [loaded.decode(i, skip_special_tokens=True) for i in enc_b["input_ids"]] == SENTENCES
     assert (loaded.pad_token_id, loaded.bos_token_id, loaded.eos_token_id, loaded.unk_token_id) == (0, 1, 2, 3)
     assert len(loaded) == len(tok)
+    # Saved again, the loaded tokenizer writes the same tokenizer_config.json: nothing about how it was loaded
+    # (transformers adds is_local and local_files_only to its init kwargs) goes into a file meant for the Hub.
+    save_tokenizer(loaded, tmp_path / "again")
+    assert (tmp_path / "again" / "tokenizer_config.json").read_text() == (tmp_path / "tokenizer_config.json").read_text()
     assert loaded.model_max_length == tok.model_max_length
 
 

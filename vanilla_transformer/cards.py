@@ -297,7 +297,7 @@ translating text that matters to someone: use a production translation system fo
 ```python
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>")
+tokenizer = AutoTokenizer.from_pretrained("<this folder or repo>", trust_remote_code=True)
 model = AutoModelForSeq2SeqLM.from_pretrained("<this folder or repo>", trust_remote_code=True)
 batch = tokenizer(["..."], return_tensors="pt")
 print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))

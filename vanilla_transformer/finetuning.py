@@ -81,7 +81,7 @@ from .evaluation import score
 from .loading import load_model_and_tokenizer, load_tokenizer, new_model
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .schedule import peak_learning_rate
-from .tokenization import check_tokenizer_matches_model, train_joint_bpe
+from .tokenization import check_tokenizer_matches_model, drop_load_time_keys, train_joint_bpe
 
 __all__ = [
     "FinetuneResult",
@@ -352,8 +352,10 @@ def build_trainer(
     """The Trainer: ``DataCollatorForSeq2Seq(tokenizer, model=model)`` pads sources with the pad id,
     labels with -100 and adds ``decoder_input_ids`` (the labels shifted right), which the model needs
     in evaluation, where the label smoother removes ``labels`` from the batch; ``compute_metrics`` scores beam
-    search when ``args.predict_with_generate`` is set."""
+    search when ``args.predict_with_generate`` is set. The Trainer saves the tokenizer with the model,
+    without the keys that only say how it was loaded (:func:`~vanilla_transformer.tokenization.drop_load_time_keys`)."""
     check_tokenizer_matches_model(tokenizer, model.config)
+    drop_load_time_keys(tokenizer)
     return TranslationSeq2SeqTrainer(
         model=model,
         args=args,

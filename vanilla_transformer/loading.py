@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer
+from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer, drop_load_time_keys
 
 __all__ = ["PRESETS", "load_model", "load_model_and_tokenizer", "load_tokenizer", "new_model", "preset_config"]
 
@@ -63,7 +63,9 @@ def load_model(
 
 
 def load_tokenizer(folder: str | os.PathLike) -> Any:
-    """A saved tokenizer (a folder holding ``tokenizer.json``).
+    """A saved tokenizer (a folder holding ``tokenizer.json``), without the keys that only say how it was
+    loaded (:func:`~vanilla_transformer.tokenization.drop_load_time_keys`), so that saving it again writes
+    the ``tokenizer_config.json`` it came with.
 
     Raises:
         ValueError: ``folder`` holds no ``tokenizer.json``.
@@ -73,7 +75,7 @@ def load_tokenizer(folder: str | os.PathLike) -> Any:
             f"No tokenizer.json in {str(folder)!r}: give a folder that tokenizer.save_pretrained wrote (for a "
             f"saved model, the tokenizer it was trained with)."
         )
-    return AutoTokenizer.from_pretrained(folder)
+    return drop_load_time_keys(AutoTokenizer.from_pretrained(folder))
 
 
 def load_model_and_tokenizer(

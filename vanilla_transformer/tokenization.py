@@ -8,7 +8,11 @@ The BPE itself is done by the Hugging Face ``tokenizers`` library (Rust, fast, a
 ``transformers`` fast tokenizers are made of); we only configure its normaliser, pre-tokenizer,
 model, decoder and post-processor, then wrap the result in ``transformers.PreTrainedTokenizerFast``.
 There is deliberately no custom tokenizer class: ``save_pretrained`` writes a ``tokenizer.json``
-that ``AutoTokenizer.from_pretrained`` loads anywhere, without ``trust_remote_code``.
+that transformers' own fast tokenizer class loads. A tokenizer folder alone loads with
+``AutoTokenizer.from_pretrained(folder)``. Next to a model, without this package installed, pass
+``trust_remote_code=True`` as for the model: ``AutoTokenizer`` first reads the folder's ``config.json``,
+whose ``AutoConfig`` is the folder's own code, and transformers otherwise asks on standard input whether to
+run it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "SPECIAL_TOKEN_IDS",
     "check_tokenizer_matches_model",
+    "drop_load_time_keys",
     "save_tokenizer",
     "train_joint_bpe",
 ]
@@ -116,12 +121,28 @@ def train_joint_bpe(
     )
 
 
-def save_tokenizer(tok: PreTrainedTokenizerFast, folder: str | os.PathLike) -> tuple[str, ...]:
-    """Save ``tok`` to ``folder`` (``tokenizer.json`` + ``tokenizer_config.json``).
+#: What ``from_pretrained`` adds to a tokenizer's init kwargs about how it was loaded (from a local folder,
+#: offline, at which commit). ``save_pretrained`` would write them into ``tokenizer_config.json``, a file
+#: that describes the tokenizer and is uploaded to the Hub.
+LOAD_TIME_KEYS = ("is_local", "local_files_only", "_commit_hash")
 
-    Reload with ``transformers.AutoTokenizer.from_pretrained(folder)``; no remote code is needed.
+
+def drop_load_time_keys(tok: Any) -> Any:
+    """Remove :data:`LOAD_TIME_KEYS` from ``tok.init_kwargs`` (in place; returns ``tok``), so that whatever
+    saves it next (``save_pretrained``, a ``Trainer``) writes only the tokenizer's own settings."""
+    for key in LOAD_TIME_KEYS:
+        tok.init_kwargs.pop(key, None)
+    return tok
+
+
+def save_tokenizer(tok: PreTrainedTokenizerFast, folder: str | os.PathLike) -> tuple[str, ...]:
+    """Save ``tok`` to ``folder`` (``tokenizer.json`` + ``tokenizer_config.json``), without the keys that
+    only say how it was loaded (:func:`drop_load_time_keys`).
+
+    Reload with ``transformers.AutoTokenizer.from_pretrained(folder)``; with a model's ``config.json`` in
+    the same folder and without this package installed, add ``trust_remote_code=True``.
     """
-    return tok.save_pretrained(folder)
+    return drop_load_time_keys(tok).save_pretrained(folder)
 
 
 def match_model_max_length(tokenizer: Any, config: Any) -> None:

@@ -45,7 +45,7 @@ from .evaluation import evaluate_model, score, translate
 from .loading import load_model, load_tokenizer, new_model
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .schedule import make_optimizer_and_schedule
-from .tokenization import check_tokenizer_matches_model, match_model_max_length, train_joint_bpe
+from .tokenization import check_tokenizer_matches_model, match_model_max_length, save_tokenizer, train_joint_bpe
 from .training_config import TrainConfig
 from .visualization import draw_attention_maps, require_matplotlib
 
@@ -83,7 +83,7 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
                 train = corpus[config.train_split]
                 texts = (text for pair in zip(train["source"], train["target"]) for text in pair)
                 bpe = train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False)
-                save_folder_atomically(tokenizer_dir, bpe.save_pretrained)
+                save_folder_atomically(tokenizer_dir, lambda folder: save_tokenizer(bpe, folder))
         tokenizer = load_tokenizer(tokenizer_dir)
 
     splits, dropped = {}, {}
@@ -482,7 +482,7 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
     def write_final(folder: Path) -> None:
         unwrapped.save_pretrained(folder)
         match_model_max_length(tokenizer, unwrapped.config)
-        tokenizer.save_pretrained(folder)
+        save_tokenizer(tokenizer, folder)
 
     save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
     last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
