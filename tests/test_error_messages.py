@@ -169,6 +169,7 @@ CASES = [
     Case("model inputs", "ids without a batch dimension", lambda d: M()(input_ids=torch.tensor([4, 5, 6]), decoder_input_ids=torch.tensor([[1]])), "shape [batch, sequence]"),
     Case("model inputs", "a label id >= vocab_size", lambda d: M()(input_ids=torch.tensor([[4, 5]]), labels=torch.tensor([[70, -100]])), "`labels` holds token id 70"),
     Case("model inputs", "input longer than learned positions support", lambda d: M(max_position_embeddings=8, position_embedding_type="learned")(input_ids=random_ids(1, 9), decoder_input_ids=random_ids(1, 3)), "max_position_embeddings=8"),
+    Case("model inputs", "flex attention with heads too small for torch's CPU kernel", lambda d: M(attn_implementation="flex_attention")(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3)), "head size of at least 32"),
     Case("model inputs", "skip_logits without labels", lambda d: M()(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), skip_logits=True), "skip_logits=True needs `labels`"),
     # ---------------------------------------------------------------- generation and translation
     Case("generation", "more returned sequences than beams", lambda d: M().generate(random_ids(1, 4), num_beams=2, num_return_sequences=3, max_new_tokens=3), "num_return_sequences"),

@@ -102,18 +102,25 @@ def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
 
 
 def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():
-    from transformers import DynamicCache, EncoderDecoderCache, LogitsProcessorList, NoRepeatNGramLogitsProcessor
+    from transformers import DynamicCache, EncoderDecoderCache, LogitsProcessorList, NoRepeatNGramLogitsProcessor, StaticCache
 
     config = tiny_model().generation_config
     kwargs = {"use_cache": True, "cache": EncoderDecoderCache(DynamicCache(), DynamicCache())}
-    assert generation.in_place_beam_search_applies(LogitsProcessorList([]), config, False, kwargs)
-    assert not generation.in_place_beam_search_applies(LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]), config, False, kwargs)
-    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), config, True, kwargs)  # synced GPUs
-    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), config, False, {"use_cache": False})
-    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), config, False, {**kwargs, "cache": DynamicCache()})
+
+    def applies(processors, config=config, synced_gpus=False, kwargs=kwargs, attn="sdpa"):
+        return generation.in_place_beam_search_applies(LogitsProcessorList(processors), config, synced_gpus, kwargs, attn)
+
+    assert applies([]) and applies([], attn="eager")
+    assert not applies([NoRepeatNGramLogitsProcessor(2)])
+    assert not applies([], synced_gpus=True)
+    assert not applies([], kwargs={"use_cache": False})
+    assert not applies([], kwargs={**kwargs, "cache": DynamicCache()})
+    static = EncoderDecoderCache(StaticCache(config=tiny_model().config, max_cache_len=8), DynamicCache())
+    assert not applies([], kwargs={**kwargs, "cache": static})  # transformers' compiled route
+    assert not applies([], attn="flex_attention")  # its block masks are not grouped by sentence
     with_scores = copy.deepcopy(config)
     with_scores.return_dict_in_generate = True
-    assert not generation.in_place_beam_search_applies(LogitsProcessorList([]), with_scores, False, kwargs)
+    assert not applies([], config=with_scores)
 
 
 
@@ -244,7 +251,7 @@ def test_the_private_names_listed_are_exactly_those_the_loop_uses():
     source = inspect.getsource(generation.VanillaTransformerGenerationMixin._in_place_beam_search)
     own = {name for name in vars(generation.VanillaTransformerGenerationMixin) if name.startswith("_")}
     used_methods = set(re.findall(r"self\.(_[a-z]\w*)", source)) - own
-    used_config = set(re.findall(r"config\.(_[a-z]\w*)", source))
+    used_config = set(re.findall(r"(?<!self\.)config\.(_[a-z]\w*)", source))  # the generation config, not the model's
     assert used_methods | {"_beam_search"} == set(generation.PRIVATE_GENERATION_METHODS)
     assert used_config == set(generation.PRIVATE_GENERATION_CONFIG_ATTRIBUTES)
     for name in generation.PRIVATE_GENERATION_METHODS:

@@ -413,3 +413,97 @@ def test_return_dict_false_returns_the_outputs_tuple(head, extra):
         assert torch.equal(a, b)
     base.config.return_dict = False
     assert type(base(**kwargs)) is tuple
+
+
+# flex attention: torch 2.13's CPU kernel is exact from head size 32 on (it was not for 8 and 16: see the model's check)
+FLEX = dict(d_model=64, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128)
+
+
+def test_flex_attention_gives_eager_outputs_and_tokens_with_and_without_cache():
+    src, tgt = random_ids(2, 7), random_ids(2, 6, seed=1)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    models = {}
+    for attn in ("eager", "flex_attention"):
+        models[attn] = tiny_model(**FLEX)
+        models[attn].set_attn_implementation(attn)
+    with torch.no_grad():  # flex attention has no backward on CPU (torch raises NotImplementedError)
+        full = {name: m(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits for name, m in models.items()}
+        torch.testing.assert_close(full["flex_attention"], full["eager"], atol=1e-5, rtol=1e-5)
+        encoder_outputs = models["flex_attention"].get_encoder()(input_ids=src, attention_mask=mask)
+        first = models["flex_attention"](encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :4], use_cache=True)
+        then = models["flex_attention"](encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, 4:], cache=first.cache, use_cache=True)
+        torch.testing.assert_close(torch.cat([first.logits, then.logits], 1), full["eager"], atol=1e-5, rtol=1e-5)
+    for num_beams in (1, 3):
+        tokens = [m.generate(src, attention_mask=mask, num_beams=num_beams, max_new_tokens=4) for m in models.values()]
+        assert torch.equal(*tokens)
+
+
+def test_flex_attention_refuses_head_sizes_its_cpu_kernel_got_wrong():
+    model = tiny_model()  # head size 8
+    model.set_attn_implementation("flex_attention")
+    with pytest.raises(ValueError, match="head size 8"):
+        model(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3))
+    with pytest.raises(ValueError, match="head size 8"):  # generate() calls the encoder and decoder directly
+        model.generate(random_ids(1, 4), max_new_tokens=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's flex attention has no backward on CPU; its gradients are checked on a GPU")
+def test_flex_attention_gradients_equal_eager_on_a_gpu():
+    src, tgt = random_ids(2, 7).cuda(), random_ids(2, 6, seed=1).cuda()
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2]).cuda()
+    grads = {}
+    for attn in ("eager", "flex_attention"):
+        model = tiny_model(**FLEX).cuda()
+        model.set_attn_implementation(attn)
+        model(input_ids=src, attention_mask=mask, labels=tgt).loss.backward()
+        grads[attn] = {name: p.grad for name, p in model.named_parameters()}
+    for name, grad in grads["eager"].items():
+        torch.testing.assert_close(grads["flex_attention"][name], grad, atol=1e-4, rtol=1e-4)
+
+
+def _capability_inputs():
+    return dict(input_ids=random_ids(2, 7), attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]), decoder_input_ids=random_ids(2, 5, seed=1))
+
+
+def test_the_forward_compiles_as_one_graph_and_gives_the_eager_outputs():
+    """torch.compile(fullgraph=True) fails on any graph break: the input checks, which branch on token values,
+    are skipped while compiling (and still raise in eager mode: test_bad_inputs_raise_value_errors...)."""
+    model, inputs = tiny_model(), _capability_inputs()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits)
+
+
+def test_torch_export_of_the_forward_gives_the_eager_outputs():
+    model, inputs = tiny_model(), _capability_inputs()
+    exported = torch.export.export(model, args=(), kwargs={**inputs, "use_cache": False})
+    other = {**inputs, "input_ids": random_ids(2, 7, seed=7)}  # same shapes, other tokens
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(**other, use_cache=False).logits, model(**other).logits)
+
+
+@pytest.mark.parametrize("attn, num_beams", [("sdpa", 1), ("sdpa", 4), ("eager", 1), ("eager", 4)])
+def test_static_cache_generation_gives_the_dynamic_caches_tokens(attn, num_beams):
+    model, inputs = tiny_model(), _capability_inputs()
+    model.set_attn_implementation(attn)
+    del inputs["decoder_input_ids"]
+    dynamic = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6)
+    static = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6, cache_implementation="static")
+    assert torch.equal(static, dynamic)
+
+
+def test_static_cache_decoding_compiles_as_one_graph():
+    """generate() compiles each decoding step when the cache is static (here on CPU too, with fullgraph=True:
+    a graph break fails)."""
+    from transformers import CompileConfig
+
+    assert VanillaTransformerForConditionalGeneration._can_compile_fullgraph
+    model, inputs = tiny_model(), _capability_inputs()
+    del inputs["decoder_input_ids"]
+    config = CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
+    config._compile_all_devices = True
+    torch._dynamo.reset()
+    compiled = model.generate(**inputs, num_beams=1, max_new_tokens=6, cache_implementation="static", compile_config=config)
+    assert model._compiled_call is not None
+    assert torch.equal(compiled, model.generate(**inputs, num_beams=1, max_new_tokens=6))

@@ -205,12 +205,18 @@ def _mask_in_place(processor, input_ids: torch.LongTensor, scores: torch.FloatTe
         processor.mask_(input_ids, scores)
 
 
-def in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, model_kwargs: dict) -> bool:
-    """Whether this call's options are all the in-place loop handles (the rest goes to transformers' loop)."""
+def in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, model_kwargs: dict, attn_implementation: str) -> bool:
+    """Whether this call's options are all the in-place loop handles (the rest goes to transformers' loop):
+    eager or SDPA attention (the beam grouping reshapes their masks), dynamic caches (a static cache is
+    transformers' compiled route), no sampling, no returned scores."""
+    cache = model_kwargs.get("cache")
     return (
         not (synced_gpus or config.do_sample or config.return_dict_in_generate or getattr(config, "low_memory", False))
         and bool(model_kwargs.get("use_cache"))
-        and isinstance(model_kwargs.get("cache"), EncoderDecoderCache)
+        and attn_implementation in ("eager", "sdpa")
+        and isinstance(cache, EncoderDecoderCache)
+        and type(cache.self_attention_cache) is DynamicCache
+        and type(cache.cross_attention_cache) is DynamicCache
         and all(_masks_in_place(processor) for processor in logits_processor)
     )
 
@@ -268,7 +274,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         """transformers' ``GenerationMixin._beam_search`` (5.24), step for step, with the changes above."""
         config = generation_config
         reason = in_place_beam_search_unavailable(config)
-        if reason is not None or not in_place_beam_search_applies(logits_processor, config, synced_gpus, model_kwargs):
+        applies = in_place_beam_search_applies(logits_processor, config, synced_gpus, model_kwargs, self.config._attn_implementation)
+        if reason is not None or not applies:
             if reason is not None:
                 logger.info_once(f"In-place beam search off ({reason}): transformers' own beam search runs.")
             return super()._beam_search(input_ids, logits_processor, stopping_criteria, config, synced_gpus, **model_kwargs)
