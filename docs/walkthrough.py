@@ -43,6 +43,7 @@ import io
 import itertools
 import json
 import math
+import shutil
 import subprocess
 import sys
 import warnings
@@ -694,3 +695,13 @@ show(drawn["files"]["decoder"])
 #   ([transformers.md](transformers.md#sharing-on-the-hub)).
 # * **The code.** [`modeling_vanilla_transformer.py`](../vanilla_transformer/modeling_vanilla_transformer.py)
 #   reads in the paper's order; [model.md](model.md) lists what the paper leaves open and what was chosen.
+
+# %% [markdown]
+# Everything this notebook wrote, the trained model in `run/final` included, lies in one temporary folder.
+# Copy what you want to keep first (`shutil.copytree(run / "final", "my-model")` keeps the translator and its
+# tokenizer), then remove it:
+
+# %%
+shutil.rmtree(WORK)
+assert not WORK.exists()
+print("removed this run's temporary folder")
