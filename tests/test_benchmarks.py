@@ -149,3 +149,40 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     cards = make_model_cards.multi30k_cards(tmp_path / "results" / "multi30k-0.05min.json", root=tmp_path)
     card = cards["vanilla-transformer-multi30k-de-en-0.05min.md"]
     assert "× 2 data-parallel processes" in str(card) and f"| {row['test']['bleu']:.2f} |" in str(card)
+
+
+def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tmp_path):
+    """benchmarks/deployment.py on a tiny model: Marian carries our weights (same logits, same tokens), every engine
+    translates the same sentences, and the tables are written."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    import deployment  # benchmarks/deployment.py
+    from conftest import tiny_model
+
+    from vanilla_transformer.tokenization import train_joint_bpe
+
+    de = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch.", "Kinder spielen."]
+    en = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a book.", "Children play."]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test_2016_flickr.de").write_text("\n".join(de) + "\n")
+    (data / "test_2016_flickr.en").write_text("\n".join(en) + "\n")
+    tokenizer = train_joint_bpe(de + en, vocab_size=300, min_frequency=1)
+    model = tiny_model(vocab_size=len(tokenizer))
+    model.generation_config.source_length_offset = 4  # an untrained model rarely stops
+    model.save_pretrained(tmp_path / "model"), tokenizer.save_pretrained(tmp_path / "model")
+
+    results = deployment.main(["--model", str(tmp_path / "model"), "--data", str(data), "--sentences", "4",
+                               "--greedy-sentences", "2", "--repeats", "1", "--no-memory", "--bleu",
+                               "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    assert results["marian_logit_difference"] < 1e-4  # Marian computes our function
+    speed = {(r["setting"], r["engine"]): r for r in results["speed"]}
+    assert len(speed) == 2 * len(deployment.ENGINES) and all(r["tokens_per_s"] > 0 for r in speed.values())
+    for setting in ("beam 4, batch 32", "greedy, batch 1"):
+        assert speed[(setting, "Marian")]["vs_marian"] == 1.0
+        # the same work: ours and the float32 export produce the same number of tokens
+        assert speed[(setting, "ours")]["target_tokens"] == speed[(setting, "CTranslate2 float32")]["target_tokens"]
+    bleu = {r["engine"]: r for r in results["bleu"]}
+    assert bleu["CTranslate2 float32"]["same_as_ours"] == 4 and bleu["ours"]["bleu"] == bleu["CTranslate2 float32"]["bleu"]
+    table = (tmp_path / "results" / "deployment.md").read_text()
+    assert "CTranslate2 int8" in table and "vs MarianMTModel" in table and "sacreBLEU" in table
+    assert json.loads((tmp_path / "results" / "deployment.json").read_text())["speed"] == results["speed"]

@@ -31,6 +31,7 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.checkpoints import average_checkpoints  # noqa: E402
 from vanilla_transformer.cli import main as cli  # noqa: E402
 from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
+from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
 from vanilla_transformer.evaluation import evaluate_model, translate  # noqa: E402
 from vanilla_transformer.tokenization import check_tokenizer_matches_model, train_joint_bpe  # noqa: E402
 from vanilla_transformer import training  # noqa: E402
@@ -72,6 +73,27 @@ def _corpus(folder: Path, en: list[str], de: list[str]) -> Path:
 def _saved_model(folder: Path) -> Path:
     tiny_model().save_pretrained(folder / "model")
     return folder / "model"
+
+
+def _translator_model(folder: Path, **flags) -> Path:
+    """A saved model with its tokenizer, as `vanilla-transformer export` takes it."""
+    tokenizer = _tokenizer()
+    model = _model_for(tokenizer)
+    for name, value in flags.items():
+        setattr(model.config, name, value)
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    return folder / "model"
+
+
+def _export_over_an_export(folder: Path) -> None:
+    export_ctranslate2(_translator_model(folder), folder / "export")
+    export_ctranslate2(folder / "model", folder / "export")
+
+
+def _sentence_past_the_position_table(folder: Path) -> None:
+    export_ctranslate2(_translator_model(folder), folder / "export", max_positions=8)
+    CTranslate2Translator(folder / "export").translate(["Two men talk. " * 4], max_new_tokens=4)
 
 
 def _truncated_weights(folder: Path) -> None:
@@ -196,6 +218,11 @@ CASES = [
     # ---------------------------------------------------------------- command line
     Case("command line", "train --max-tokens 0", lambda d: cli(["train", "--data", str(d), "--max-tokens", "0"]), "max_tokens=0 is out of range"),
     Case("command line", "an unknown option", lambda d: cli(["train", "--max-tokenz", "5"]), "2", SystemExit),
+    # ---------------------------------------------------------------- deployment (CTranslate2)
+    Case("deployment", "exporting a setting the export does not know", lambda d: export_ctranslate2(_translator_model(d, rotary_positions=True), d / "export"), "does not know the setting(s) rotary_positions=True"),
+    Case("deployment", "exporting into an existing export", _export_over_an_export, "pass --force to replace it"),
+    Case("deployment", "a model folder given to the CTranslate2 engine", lambda d: CTranslate2Translator(_translator_model(d)), "export it first"),
+    Case("deployment", "a sentence longer than the export's position table", _sentence_past_the_position_table, "longer than this export's position table (8 positions)"),
 ]
 
 

@@ -27,7 +27,7 @@ LAYERS = [
     ("configuration", {"configuration_vanilla_transformer"}),
     ("modeling", {"modeling_vanilla_transformer", "generation_vanilla_transformer", "kernels_vanilla_transformer",
                   "pipeline_vanilla_transformer", "__init__"}),  # fmt: skip
-    ("foundations", {"tokenization", "data", "schedule", "checkpoints", "loading", "training_config"}),
+    ("foundations", {"tokenization", "data", "schedule", "checkpoints", "loading", "training_config", "deployment"}),
     ("evaluation", {"evaluation"}),
     ("reporting", {"visualization", "cards"}),
     ("training", {"training", "finetuning"}),
@@ -35,7 +35,7 @@ LAYERS = [
 ]
 #: What the package may import besides the standard library and itself (examples/, benchmarks/ and scripts/ sit above it).
 DEPENDENCIES = {
-    "accelerate", "datasets", "evaluate", "huggingface_hub", "matplotlib", "numpy", "PIL", "sacrebleu", "safetensors",
+    "accelerate", "ctranslate2", "datasets", "evaluate", "huggingface_hub", "matplotlib", "numpy", "PIL", "sacrebleu", "safetensors",
     "tokenizers", "torch", "tqdm", "transformers", "yaml",
 }  # fmt: skip
 #: What a Hub-portable file may import besides the standard library and the other Hub-portable files.

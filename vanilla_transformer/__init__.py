@@ -19,7 +19,8 @@ layer without a circle; ``tests/test_layers.py`` checks every import, including 
    ``generation_vanilla_transformer``, ``kernels_vanilla_transformer`` (every ``*_vanilla_transformer.py``
    imports only torch, transformers, huggingface_hub, safetensors, the standard library and, relatively,
    the others), and this ``__init__``
-3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``loading``, ``training_config``
+3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``loading``, ``training_config``,
+   ``deployment`` (the CTranslate2 export and engine, above ``loading``)
 4. evaluation: ``evaluation``
 5. reporting: ``visualization``, ``cards``
 6. training: ``training`` (Accelerate) and ``finetuning`` (transformers' Seq2SeqTrainer)

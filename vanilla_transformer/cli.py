@@ -55,11 +55,25 @@ def _read_lines(path: str) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def evaluate_command(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_model
+def _engine(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``--engine``: the saved model and its tokenizer (transformers), or an export (CTranslate2, its own tokenizer)."""
+    if args.engine == "ctranslate2":
+        from .deployment import CTranslate2Translator
+
+        try:
+            return CTranslate2Translator(args.model, device=_device(args.device)), None
+        except ImportError as error:  # the optional extra is missing: say how to install it
+            print(f"{args.command}: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
     from .loading import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(args.model, device=_device(args.device))
+    return load_model_and_tokenizer(args.model, device=_device(args.device))
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate_model
+
+    model, tokenizer = _engine(args)
     sources, references = _read_lines(args.source), _read_lines(args.reference)
     result = evaluate_model(
         model, tokenizer, sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
@@ -72,12 +86,24 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def translate_command(args: argparse.Namespace) -> int:
     from .evaluation import translate
-    from .loading import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(args.model, device=_device(args.device))
+    model, tokenizer = _engine(args)
     texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     for line in translate(model, tokenizer, texts, num_beams=args.num_beams, batch_size=args.batch_size):
         print(line)
+    return 0
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from .deployment import export_ctranslate2
+
+    try:
+        folder = export_ctranslate2(args.model, args.output_dir, quantization=args.quantization,
+                                    max_positions=args.max_positions, force=args.force)  # fmt: skip
+    except ImportError as error:  # the optional extra is missing: say how to install it
+        print(f"export: {error}", file=sys.stderr)
+        return 2
+    print(f"exported {args.model} to {folder} (CTranslate2, {args.quantization})")
     return 0
 
 
@@ -134,6 +160,8 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
         p.add_argument("--num-beams", type=int, default=None, help="default: the model's (paper: 4)")
         p.add_argument("--batch-size", type=int, default=32)
         p.add_argument("--device", default=None, help="default: the GPU if there is one, else the CPU")
+        p.add_argument("--engine", choices=["transformers", "ctranslate2"], default="transformers",
+                       help="transformers (a saved model folder) or ctranslate2 (a folder written by `export`)")  # fmt: skip
         if name == "evaluate":
             p.add_argument("--source", required=True)
             p.add_argument("--reference", required=True)
@@ -143,6 +171,16 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
         else:
             p.add_argument("text", nargs="*")
             p.set_defaults(func=translate_command)
+
+    p = commands.add_parser("export", help="export a saved model to CTranslate2, a faster inference engine")
+    p.add_argument("--model", required=True, help="a saved model folder (model + tokenizer)")
+    p.add_argument("--output-dir", required=True, help="folder of the export (translate --engine ctranslate2 --model DIR)")
+    p.add_argument("--quantization", choices=["float32", "int8", "int8_float32", "bfloat16"], default="float32",
+                   help="type of the exported weights")  # fmt: skip
+    p.add_argument("--max-positions", type=int, default=None,
+                   help="longest source and output, in tokens, the export accepts (default: the model's max_position_embeddings)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace --output-dir if it exists")
+    p.set_defaults(func=export_command)
 
     p = commands.add_parser("visualize", help="draw the paper's pictures from the real code (and attention maps of a model)")
     p.add_argument("--output-dir", required=True, help="folder for the PNG files")

@@ -6,7 +6,8 @@ each with the signature that makes the number reproducible (``nrefs:1|case:mixed
 The paper's own numbers were computed on tokenised, compound-split text (``multi-bleu.perl``), so they
 are not directly comparable with sacreBLEU scores; the signature says exactly what was measured.
 
-* :func:`translate` — sentences in, detokenised translations out (batched by length, in input order).
+* :func:`translate` — sentences in, detokenised translations out (batched by length, in input order), with
+  transformers' ``generate`` or with a CTranslate2 export (:mod:`vanilla_transformer.deployment`).
 * :func:`score` — corpus BLEU and chrF, with signatures, from the ``sacrebleu`` package.
 * :func:`evaluate_model` — both, plus an optional hypotheses file and the wall-clock time.
 * :func:`load_sacrebleu_metric` — ``evaluate.load("sacrebleu")`` when the Hub (or its cache) has it,
@@ -27,6 +28,7 @@ import sacrebleu
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
+from .deployment import CTranslate2Translator
 from .tokenization import check_tokenizer_matches_model
 
 __all__ = ["evaluate_model", "load_sacrebleu_metric", "score", "translate"]
@@ -122,7 +124,10 @@ def translate(
 
     Args:
         model: a ``VanillaTransformerForConditionalGeneration`` (or any seq2seq model with
-            ``generate``). It is put in eval mode for the call and restored afterwards.
+            ``generate``). It is put in eval mode for the call and restored afterwards. Or a
+            :class:`~vanilla_transformer.deployment.CTranslate2Translator`, which translates with its
+            own tokenizer (``tokenizer`` is then ignored) and batches by itself (``max_tokens``, ``device``
+            and ``dtype`` are chosen when it is exported and loaded).
         tokenizer: the tokenizer the model was trained with (``train_joint_bpe``); it must append
             ``</s>`` to sources, as ours does.
         texts: source sentences, one string each.
@@ -147,6 +152,13 @@ def translate(
             that limit is refused by the model during generation; sinusoidal positions have no limit.)
     """
     texts = _check_texts("texts", texts)
+    if isinstance(model, CTranslate2Translator):
+        unused = {"max_tokens": max_tokens, "device": device, "dtype": dtype}
+        given = [name for name, value in unused.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: not options of the CTranslate2 engine (set them when exporting or loading it).")
+        return model.translate(texts, batch_size=batch_size, num_beams=num_beams, length_penalty=length_penalty,
+                               max_new_tokens=max_new_tokens, progress=progress)  # fmt: skip
     config = model.config
     check_tokenizer_matches_model(tokenizer, config)
     if max_tokens is None:

@@ -1,0 +1,437 @@
+"""Serve a trained translator with CTranslate2: export the model, then translate with the engine.
+
+CTranslate2 (the inference engine of OpenNMT, also behind faster-whisper) runs Transformer models on the
+CPU with fused kernels and int8 weights. Its ``TransformerSpec`` expresses the paper's model exactly:
+post-LN blocks (``pre_norm=False``), ReLU, embeddings × √d_model, one matrix for source embedding, target
+embedding and pre-softmax layer, and an explicit table of positions. Its built-in sinusoid is
+tensor2tensor's layout (all sines, then all cosines), not the paper's interleaved one, so the export
+carries this model's own table (§3.5), of a length chosen at export time.
+
+* :func:`export_ctranslate2` — a saved model folder (``RUN/final``) to a CTranslate2 folder, with the
+  tokenizer and the decoding defaults beside it; written through CTranslate2's public converter API
+  (``ctranslate2.converters.Converter`` and the spec classes), which this module subclasses.
+* :class:`CTranslate2Translator` — an exported folder, ready to translate: same text in, same text out
+  as :func:`vanilla_transformer.evaluation.translate`, with the paper's decoding (§6.1).
+
+Decoding, compared with transformers' ``generate`` (docs/deployment.md has the measurements):
+
+* **Length penalty.** Both engines divide a finished hypothesis' log-probability by ``length ** α``.
+  transformers counts the ``</s>`` in ``length``; CTranslate2 counts it when asked to return it
+  (``return_end_token=True``), which this module does, so the formula is the same.
+* **When beam search stops.** CTranslate2 stops a sentence once ``num_beams`` hypotheses have finished.
+  transformers, by default (``early_stopping=False``), goes on while its heuristic says a running beam could
+  still win; with ``early_stopping=True`` it stops as CTranslate2 does, and then the two engines agree token
+  for token (the tests check it).
+* **The per-sentence length limit** (source length + 50, ``</s>`` included): CTranslate2's
+  ``max_decoding_length`` holds per call. Greedy search decodes a batch up to the longest limit and cuts
+  each sentence at its own, which is exact (a greedy output's beginning does not depend on where it stops).
+  Beam search is not prefix-stable, so a beam batch holds sentences of one source length only.
+  A hypothesis cut by the limit ends differently: transformers forces ``</s>`` as its last token (and counts
+  it in the length), CTranslate2 stops one token earlier; with α = 0 the two agree, otherwise they can differ
+  for sentences whose best translations run into the limit.
+
+``ctranslate2`` is an optional dependency: ``pip install 'vanilla-transformer[ctranslate2]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import GenerationConfig, PreTrainedConfig
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .loading import load_model_and_tokenizer, load_tokenizer
+from .modeling_vanilla_transformer import sinusoidal_position_encoding
+
+try:  # optional: pip install 'vanilla-transformer[ctranslate2]'
+    import ctranslate2
+    from ctranslate2.converters import Converter
+    from ctranslate2.specs import common_spec, transformer_spec
+except ImportError:  # the module still imports, and says how to install the engine when it is used
+    ctranslate2 = None
+    Converter = object
+
+__all__ = ["QUANTIZATIONS", "CTranslate2Translator", "export_ctranslate2", "require_ctranslate2"]
+
+#: Weight types of ``export_ctranslate2`` (CTranslate2's names). ``int8_float32``: int8 weights, float32
+#: activations; ``int8`` is the same on a CPU.
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
+INSTALL_HINT = "pip install 'vanilla-transformer[ctranslate2]'"
+EXPORT_FILE = "vanilla_transformer_export.json"  # what was exported, and the limits of the export
+TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which transformers must not read
+
+# Every field of VanillaTransformerConfig, and how the export represents it. A field missing here (a newer
+# flag of the model) is refused when it differs from its default, rather than exported wrongly.
+_EXPORTED_FIELDS = {
+    "vocab_size": "the vocabulary and the embedding matrices",
+    "d_model": "the weight shapes",
+    "encoder_layers": "TransformerEncoderSpec(num_layers)",
+    "decoder_layers": "TransformerDecoderSpec(num_layers)",
+    "encoder_attention_heads": "TransformerEncoderSpec(num_heads)",
+    "decoder_attention_heads": "TransformerDecoderSpec(num_heads)",
+    "encoder_ffn_dim": "the weight shapes",
+    "decoder_ffn_dim": "the weight shapes",
+    "max_position_embeddings": "the position table (learned), or the default length of the sinusoid table",
+    "layer_norm_eps": "TransformerConfig(layer_norm_epsilon)",
+    "scale_embedding": "scale_embeddings (√d_model or 1)",
+    "tie_word_embeddings": "each embedding and the output layer are exported as they are (shared ones aliased)",
+    "norm_first": "pre_norm, with the final LayerNorm of each stack",
+    "position_embedding_type": "position_encodings.encodings: the sinusoid table or the learned one",
+    "pad_token_id": "lengths instead of padding",
+    "bos_token_id": "TransformerConfig(bos_token)",
+    "eos_token_id": "TransformerConfig(eos_token)",
+    "unk_token_id": "TransformerConfig(unk_token)",
+    "decoder_start_token_id": "TransformerConfig(decoder_start_token)",
+    # inference does not use these
+    "dropout": None, "attention_dropout": None, "activation_dropout": None, "init_std": None,
+    "use_cache": None, "is_encoder_decoder": None,
+}  # fmt: skip
+
+
+def require_ctranslate2() -> None:
+    """Raise an ImportError that says how to install CTranslate2, if it is missing."""
+    if ctranslate2 is None:
+        raise ImportError(f"CTranslate2 is not installed; it is an optional extra: {INSTALL_HINT}")
+
+
+def unexportable_fields(config: VanillaTransformerConfig) -> list[str]:
+    """The configuration's settings that the export cannot represent: fields it does not know, set to a
+    value other than their default (transformers' own settings, such as ``architectures``, are not the model's)."""
+    generic = set(PreTrainedConfig().to_dict())
+    return sorted(
+        f"{name}={value!r}"
+        for name, value in config.to_diff_dict().items()
+        if name not in _EXPORTED_FIELDS and name not in generic and not name.startswith("_")
+        and name not in ("auto_map", "custom_pipelines", "model_type", "transformers_version", "architectures")
+    )  # fmt: skip
+
+
+def _array(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().to("cpu", torch.float32).numpy()
+
+
+class VanillaTransformerConverter(Converter):
+    """CTranslate2's converter interface (``convert(output_dir, quantization=...)``) for this model.
+
+    ``_load`` builds the ``TransformerSpec``: CTranslate2's names on the left, ours (Marian's) on the right.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, max_positions: int):
+        self.model, self.tokenizer, self.max_positions = model, tokenizer, max_positions
+
+    def _load(self):
+        config = self.model.config
+        encoder = transformer_spec.TransformerEncoderSpec(
+            config.encoder_layers, config.encoder_attention_heads, pre_norm=config.norm_first,
+            activation=common_spec.Activation.RELU,
+        )  # fmt: skip
+        decoder = transformer_spec.TransformerDecoderSpec(
+            config.decoder_layers, config.decoder_attention_heads, pre_norm=config.norm_first,
+            activation=common_spec.Activation.RELU,
+        )  # fmt: skip
+        spec = transformer_spec.TransformerSpec(encoder, decoder)
+        model = self.model.model
+        self._set_stack(spec.encoder, model.encoder, spec.encoder.embeddings[0])
+        self._set_stack(spec.decoder, model.decoder, spec.decoder.embeddings)
+        for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
+            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, fused=3)
+            self._set_ffn(layer_spec.ffn, layer)
+        for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
+            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, fused=3)
+            self._set_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm, fused=2)
+            self._set_ffn(layer_spec.ffn, layer)
+        spec.decoder.projection.weight = _array(self.model.lm_head.weight)  # tied: an alias of the embedding
+
+        tokens = self._vocabulary()
+        spec.register_source_vocabulary(tokens)
+        spec.register_target_vocabulary(tokens)
+        spec.config.bos_token = tokens[config.bos_token_id]
+        spec.config.eos_token = tokens[config.eos_token_id]
+        spec.config.unk_token = tokens[config.unk_token_id] if config.unk_token_id is not None else "<unk>"
+        spec.config.decoder_start_token = tokens[config.decoder_start_token_id]
+        spec.config.layer_norm_epsilon = config.layer_norm_eps
+        return spec
+
+    def _vocabulary(self) -> list[str]:
+        """One token string per id; ids the tokenizer does not have (vocab_size > len(tokenizer)) get placeholders."""
+        size = self.model.config.vocab_size
+        tokens = self.tokenizer.convert_ids_to_tokens(list(range(min(size, len(self.tokenizer)))))
+        tokens += [f"<unused_{i}>" for i in range(len(tokens), size)]
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("The tokenizer maps two ids to the same token string; CTranslate2 needs distinct tokens.")
+        return tokens
+
+    def _set_stack(self, spec, stack, embeddings_spec) -> None:
+        """Token embeddings, × √d_model, positions (§3.4, §3.5) and, for pre-LN, the final LayerNorm."""
+        embeddings_spec.weight = _array(stack.embed_tokens.weight)
+        spec.scale_embeddings = float(stack.embed_scale)  # 1.0: no scaling (CTranslate2 reads a number too)
+        config = self.model.config
+        if config.position_embedding_type == "learned":
+            table = stack.embed_positions.weight[: self.max_positions]
+        else:  # the paper's interleaved sinusoids, not CTranslate2's built-in (sines first) layout
+            table = sinusoidal_position_encoding(torch.arange(self.max_positions), config.d_model)
+        spec.position_encodings.encodings = _array(table)
+        if config.norm_first:
+            self._set_layer_norm(spec.layer_norm, stack.layer_norm)
+
+    @staticmethod
+    def _set_layer_norm(spec, norm) -> None:
+        spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+    @staticmethod
+    def _set_linear(spec, linears: Sequence[torch.nn.Linear]) -> None:
+        """One linear layer, or several fused into one (their outputs stacked): CTranslate2 computes Q, K, V
+        of self-attention in one matrix product, and K, V of encoder–decoder attention in another."""
+        spec.weight = np.concatenate([_array(linear.weight) for linear in linears])
+        spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
+
+    def _set_attention(self, spec, attention, norm, fused: int) -> None:
+        projections = [attention.q_proj, attention.k_proj, attention.v_proj]
+        if fused == 3:  # self-attention: [Q K V], out
+            self._set_linear(spec.linear[0], projections)
+        else:  # encoder–decoder attention: Q, [K V], out
+            self._set_linear(spec.linear[0], projections[:1])
+            self._set_linear(spec.linear[1], projections[1:])
+        self._set_linear(spec.linear[-1], [attention.out_proj])
+        self._set_layer_norm(spec.layer_norm, norm)
+
+    def _set_ffn(self, spec, layer) -> None:
+        self._set_linear(spec.linear_0, [layer.ffn.fc1])
+        self._set_linear(spec.linear_1, [layer.ffn.fc2])
+        self._set_layer_norm(spec.layer_norm, layer.final_layer_norm)
+
+
+def export_ctranslate2(
+    model_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    quantization: str = "float32",
+    max_positions: int | None = None,
+    force: bool = False,
+) -> Path:
+    """Export a saved model folder to a CTranslate2 model folder.
+
+    The folder holds CTranslate2's ``model.bin``, ``config.json`` and ``shared_vocabulary.json``, plus
+    ``tokenizer/`` (the model's tokenizer), ``generation_config.json`` (the decoding defaults: beam 4,
+    α = 0.6, source length + 50) and ``vanilla_transformer_export.json`` (what was exported). It is written
+    to a temporary folder beside ``output_dir`` and renamed at the end, so a crash leaves no half export.
+
+    Args:
+        model_dir: what ``save_pretrained`` wrote (``RUN/final`` of ``vanilla-transformer train``), tokenizer included.
+        quantization: the weights' type, one of :data:`QUANTIZATIONS`.
+        max_positions: rows of the position table, so the longest source sentence and the longest output
+            (each counted in tokens, ``</s>`` included) the export accepts. Default: the model's
+            ``max_position_embeddings``, and at least 1024 for sinusoids (a learned table cannot be made longer).
+        force: replace ``output_dir`` if it exists.
+
+    Raises:
+        ImportError: CTranslate2 is not installed.
+        ValueError: the folder is not a saved model, the configuration has settings the export cannot
+            represent, ``quantization`` or ``max_positions`` is invalid, or ``output_dir`` exists without ``force``.
+    """
+    require_ctranslate2()
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}.")
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not force:
+        raise ValueError(f"{str(output_dir)!r} exists; choose another --output-dir or pass --force to replace it.")
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    config = model.config
+    refused = unexportable_fields(config)
+    if refused:
+        raise ValueError(
+            f"Cannot export {str(model_dir)!r} to CTranslate2 exactly: the export does not know the setting(s) "
+            f"{', '.join(refused)}. Translate this model with the default engine (transformers)."
+        )
+    learned = config.position_embedding_type == "learned"
+    if max_positions is None:
+        max_positions = config.max_position_embeddings if learned else max(config.max_position_embeddings, 1024)
+    if not isinstance(max_positions, int) or max_positions < 2:
+        raise ValueError(f"max_positions must be an integer of at least 2, got {max_positions!r}.")
+    if learned and max_positions > config.max_position_embeddings:
+        raise ValueError(
+            f"max_positions={max_positions} is longer than this model's learned position table "
+            f"(max_position_embeddings={config.max_position_embeddings}); use at most that."
+        )
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".tmp"))
+    try:
+        converted = staging / "model"
+        VanillaTransformerConverter(model, tokenizer, max_positions).convert(str(converted), quantization=quantization)
+        tokenizer.save_pretrained(converted / TOKENIZER_FOLDER)
+        model.generation_config.save_pretrained(converted)
+        info = {
+            "format": "ctranslate2",
+            "ctranslate2_version": ctranslate2.__version__,
+            "quantization": quantization,
+            "max_positions": max_positions,
+            "position_embedding_type": config.position_embedding_type,
+            "exported_from": Path(model_dir).name,
+        }
+        (converted / EXPORT_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        os.replace(converted, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return output_dir
+
+
+class CTranslate2Translator:
+    """An exported model (:func:`export_ctranslate2`) with its tokenizer and decoding defaults.
+
+    Args:
+        folder: the export's folder.
+        device: ``"cpu"`` or ``"cuda"``.
+        compute_type: CTranslate2's compute type; ``"default"``: the type the weights were exported in.
+        threads: threads of one translation (CTranslate2's ``intra_threads``); 0: its default.
+
+    Raises:
+        ImportError: CTranslate2 is not installed.
+        ValueError: ``folder`` is not an export (for instance a model folder that was never exported).
+    """
+
+    def __init__(self, folder: str | os.PathLike, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+        require_ctranslate2()
+        folder = Path(folder)
+        if not (folder / EXPORT_FILE).is_file() or not (folder / "model.bin").is_file():
+            hint = (
+                f"it looks like a saved model: export it first with `vanilla-transformer export --model {folder} "
+                f"--output-dir DIR`, then use DIR"
+                if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+                else "give the folder that `vanilla-transformer export` wrote"
+            )
+            raise ValueError(f"{str(folder)!r} is not a CTranslate2 export ({EXPORT_FILE} or model.bin is missing): {hint}.")
+        self.folder = folder
+        self.info = json.loads((folder / EXPORT_FILE).read_text(encoding="utf-8"))
+        self.tokenizer = load_tokenizer(folder / TOKENIZER_FOLDER)
+        self.generation_config = GenerationConfig.from_pretrained(folder)
+        self.max_positions = int(self.info["max_positions"])
+        self.translator = ctranslate2.Translator(
+            str(folder), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
+        )
+
+    def _limits(self, lengths: list[int], max_new_tokens: int | None) -> list[int]:
+        """Tokens each output may have, ``</s>`` included; refuses what the position table cannot hold."""
+        too_long = [i for i, n in enumerate(lengths) if n > self.max_positions]
+        if too_long:
+            shown = ", ".join(f"text {i} has {lengths[i]} tokens" for i in too_long[:5])
+            raise ValueError(
+                f"{len(too_long)} source sentence(s) are longer than this export's position table "
+                f"({self.max_positions} positions): {shown}. Shorten or split them, or export again with a larger "
+                f"--max-positions."
+            )
+        if max_new_tokens is not None:
+            limits = [int(max_new_tokens)] * len(lengths)
+        else:
+            offset = getattr(self.generation_config, "source_length_offset", None)
+            if offset is None:
+                raise ValueError("The export's generation_config.json sets no length: pass max_new_tokens.")
+            limits = [n + int(offset) for n in lengths]
+        too_long = [i for i, n in enumerate(limits) if n > self.max_positions]
+        if too_long:
+            raise ValueError(
+                f"{len(too_long)} sentence(s) may produce up to {max(limits[i] for i in too_long)} tokens (their "
+                f"source length + {self.generation_config.source_length_offset}, or max_new_tokens), more than this "
+                f"export's position table ({self.max_positions} positions). Pass a smaller max_new_tokens, or export "
+                f"again with a larger --max-positions."
+            )
+        return limits
+
+    def translate_ids(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        max_new_tokens: int | None = None,
+        progress: bool = False,
+    ) -> list[list[int]]:
+        """Token ids of each translation (without the decoder start token and ``</s>``), in the input order.
+
+        Arguments as :meth:`translate`.
+        """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts) or not len(texts):
+            raise ValueError("`texts` must be a non-empty list of strings.")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        config = self.generation_config
+        num_beams = int(num_beams if num_beams is not None else config.num_beams)
+        length_penalty = float(length_penalty if length_penalty is not None else config.length_penalty)
+        tokenizer = self.tokenizer
+        encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        lengths = [len(ids) for ids in encoded]
+        limits = self._limits(lengths, max_new_tokens)
+
+        # Longest first (an out-of-memory error shows at once); beam batches hold one limit only (see the module doc).
+        order = sorted(range(len(texts)), key=lambda i: (-limits[i], i))
+        batches: list[list[int]] = []
+        for i in order:
+            if batches and len(batches[-1]) < batch_size and (num_beams == 1 or limits[batches[-1][0]] == limits[i]):
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+
+        eos = tokenizer.convert_ids_to_tokens(config.eos_token_id)
+        outputs: list[list[int] | None] = [None] * len(texts)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(texts), unit="sent", desc="translating (CTranslate2)")
+        try:
+            for batch in batches:
+                results = self.translator.translate_batch(
+                    [tokenizer.convert_ids_to_tokens(encoded[i]) for i in batch],
+                    beam_size=num_beams,
+                    length_penalty=length_penalty,
+                    max_decoding_length=max(limits[i] for i in batch) - 1,  # + the </s> transformers would force
+                    min_decoding_length=0,  # </s> may come first, as in transformers
+                    max_input_length=0,  # never truncate the source
+                    return_end_token=True,  # counted in the length penalty's length, as transformers does
+                    max_batch_size=0,
+                )
+                for i, result in zip(batch, results):
+                    tokens = result.hypotheses[0]
+                    if tokens and tokens[-1] == eos:
+                        tokens = tokens[:-1]
+                    outputs[i] = tokenizer.convert_tokens_to_ids(tokens[: limits[i] - 1])
+                if bar is not None:
+                    bar.update(len(batch))
+        finally:
+            if bar is not None:
+                bar.close()
+        return outputs  # type: ignore[return-value]
+
+    def translate(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        max_new_tokens: int | None = None,
+        progress: bool = False,
+    ) -> list[str]:
+        """Translate ``texts`` and return detokenised strings in the input order.
+
+        Args:
+            texts: source sentences, one string each.
+            batch_size: sentences per call of the engine (beam search: at most, see the module doc).
+            num_beams, length_penalty, max_new_tokens: override the export's ``generation_config.json``; by
+                default the paper's decoding: beam 4, α = 0.6, at most *source length + 50* tokens per sentence.
+            progress: show a progress bar.
+
+        Raises:
+            ValueError: ``texts`` is empty or not a list of strings, or a sentence or its output limit is
+                longer than the export's position table.
+        """
+        ids = self.translate_ids(texts, batch_size, num_beams, length_penalty, max_new_tokens, progress)
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
