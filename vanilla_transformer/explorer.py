@@ -302,9 +302,10 @@ def build_app(explorer: Explorer, folder: str | os.PathLike, source: str = ""):
 
         def on_load(text, current):
             try:
-                explorer.load(text)
+                loaded = explorer.load(text)[0].generation_config
                 new_layers = explorer.layers(text)
                 return {
+                    beams: min(loaded.num_beams, MAX_BEAMS), alpha: loaded.length_penalty,
                     folder_state: text.strip(), result_state: None, model_info: explorer.describe(text), message: "",
                     translation_box: "", candidates: None, heatmap: None,
                     layer: gr.Radio(choices=[(f"layer {i}", i) for i in new_layers], value=new_layers[-1]),
@@ -335,8 +336,9 @@ def build_app(explorer: Explorer, folder: str | os.PathLike, source: str = ""):
                 return {message: _problem(error)}
 
         model_outputs = {"concurrency_id": "model", "concurrency_limit": 1}  # one model call at a time
-        load_button.click(on_load, [model_box, folder_state], {folder_state, result_state, model_info, message, translation_box,
-                                               candidates, heatmap, layer, head, kind}, **model_outputs)  # fmt: skip
+        load_outputs = {folder_state, result_state, model_info, message, translation_box, candidates, heatmap, layer, head,
+                        kind, beams, alpha}  # fmt: skip
+        load_button.click(on_load, [model_box, folder_state], load_outputs, **model_outputs)
         translate_inputs = [folder_state, source_box, beams, alpha, greedy, kind, layer, head]
         translate_outputs = {result_state, translation_box, candidates, heatmap, message}
         translate_button.click(on_translate, translate_inputs, translate_outputs, **model_outputs)
