@@ -114,7 +114,7 @@ def explore_command(args: argparse.Namespace) -> int:
         print(f"explore: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # the port is taken
-        print(f"explore: {error}; choose another port with --port.", file=sys.stderr)
+        print(f"explore: {str(error).rstrip('.')}. Choose another port with --port.", file=sys.stderr)
         return 2
     return 0
 
