@@ -5,8 +5,12 @@
 # in vanilla_transformer/generation_vanilla_transformer.py; pyproject.toml keeps the honest range),
 # and this package installed in editable mode with its `dev` extra.
 # The environment is reused when its inputs (this script and pyproject.toml) have not changed.
+# The explorer's browser test drives the system's Chromium (playwright cannot download browsers
+# everywhere): scripts/install_chromium.sh installs Debian's `chromium` when it is missing and apt is usable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+bash scripts/install_chromium.sh
 
 TORCH_PIN="torch==2.13.0"
 TRANSFORMERS_PIN="transformers==5.24.0"

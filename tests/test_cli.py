@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+import sys
 
 import pytest
 import torch
@@ -156,3 +157,17 @@ def test_visualize_command_writes_every_picture(tmp_path, saved, capsys):
     bad = ["visualize", "--output-dir", str(tmp_path / "y"), "--model", str(saved), "--source", SOURCE, "--layer", "5"]
     assert main(bad) == 2 and "layer 5 does not exist" in capsys.readouterr().err
     assert not (tmp_path / "y").exists()  # checked before anything is drawn
+
+
+# ------------------------------------------------------------------ explore
+def test_explore_without_gradio_says_how_to_install_it(saved, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "gradio", None)  # `import gradio` fails as if it were not installed
+    assert main(["explore", "--model", str(saved)]) == 1
+    assert "pip install 'vanilla-transformer[app]'" in capsys.readouterr().err
+
+
+def test_explore_refuses_a_folder_that_holds_no_model(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["explore", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no config.json" in err and "vanilla-transformer train" in err and "Traceback" not in err

@@ -32,7 +32,8 @@ from vanilla_transformer.checkpoints import average_checkpoints  # noqa: E402
 from vanilla_transformer.cli import main as cli  # noqa: E402
 from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
 from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
-from vanilla_transformer.evaluation import evaluate_model, translate  # noqa: E402
+from vanilla_transformer.evaluation import evaluate_model, translate, translate_candidates  # noqa: E402
+from vanilla_transformer.explorer import Explorer  # noqa: E402
 from vanilla_transformer.tokenization import check_tokenizer_matches_model, train_joint_bpe  # noqa: E402
 from vanilla_transformer import training  # noqa: E402
 from vanilla_transformer.training import train  # noqa: E402
@@ -199,6 +200,10 @@ CASES = [
     Case("translation", "an empty list of sentences", lambda d: translate(_model_for(t := _tokenizer()), t, []), "`texts` is empty"),
     Case("translation", "an unknown dtype", lambda d: translate(_model_for(t := _tokenizer()), t, ["A dog."], dtype="int8"), "dtype='int8' is not understood"),
     Case("translation", "a sentence longer than learned positions support", lambda d: translate(_model_for(t := _tokenizer(), position_embedding_type="learned", max_position_embeddings=8), t, ["A dog runs. " * 6]), "max_position_embeddings=8"),
+    Case("translation", "more candidates than beams", lambda d: translate_candidates(_model_for(t := _tokenizer()), t, "A dog runs.", num_beams=2, num_return_sequences=3), "num_return_sequences must be an integer from 1 to num_beams=2"),
+    Case("explorer", "an empty source box", lambda d: Explorer(d / "pictures").translate(_translator_model(d), "  "), "The source box is empty"),
+    Case("explorer", "a source over the page's limit", lambda d: Explorer(d / "pictures").translate(_translator_model(d), "A dog runs. " * 50), "this explorer takes at most 500 characters"),
+    Case("explorer", "a folder that holds no model", lambda d: Explorer(d / "pictures").load(d), "is not a saved model folder"),
     Case("evaluation", "sources and references of different lengths", lambda d: evaluate_model(_model_for(t := _tokenizer()), t, SENTENCES, SENTENCES[:3]), "4 sources but 3 references"),
     Case("tokenizer", "a tokenizer larger than the model's vocabulary", lambda d: check_tokenizer_matches_model(_tokenizer(), tiny_model().config), "Tokenizer and model config do not match"),
     # ---------------------------------------------------------------- corpus files

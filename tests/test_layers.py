@@ -29,14 +29,14 @@ LAYERS = [
                   "pipeline_vanilla_transformer", "__init__"}),  # fmt: skip
     ("foundations", {"tokenization", "data", "schedule", "checkpoints", "loading", "training_config", "deployment"}),
     ("evaluation", {"evaluation"}),
-    ("reporting", {"visualization", "cards"}),
+    ("reporting", {"visualization", "cards", "explorer"}),
     ("training", {"training", "finetuning"}),
     ("command line", {"cli", "__main__"}),
 ]
 #: What the package may import besides the standard library and itself (examples/, benchmarks/ and scripts/ sit above it).
 DEPENDENCIES = {
-    "accelerate", "ctranslate2", "datasets", "evaluate", "huggingface_hub", "matplotlib", "numpy", "PIL", "sacrebleu", "safetensors",
-    "tokenizers", "torch", "tqdm", "transformers", "yaml",
+    "accelerate", "ctranslate2", "datasets", "evaluate", "gradio", "huggingface_hub", "matplotlib", "numpy", "PIL",
+    "sacrebleu", "safetensors", "tokenizers", "torch", "tqdm", "transformers", "yaml",
 }  # fmt: skip
 #: What a Hub-portable file may import besides the standard library and the other Hub-portable files.
 HUB_PORTABLE_DEPENDENCIES = {"huggingface_hub", "safetensors", "torch", "transformers"}

@@ -14,7 +14,9 @@ from vanilla_transformer.tokenization import train_joint_bpe  # noqa: E402
 from vanilla_transformer.schedule import noam_learning_rate  # noqa: E402
 from vanilla_transformer.visualization import (  # noqa: E402
     FILES,
+    attention_maps,
     attention_weights,
+    draw_attention,
     draw_attention_maps,
     label_smoothing_distribution,
     plot_label_smoothing,
@@ -176,6 +178,20 @@ def test_attention_maps_of_the_models_own_translation(tmp_path, model, tokenizer
     assert maps["output_tokens"] == tokenizer.convert_ids_to_tokens(generated[1:])
     assert maps["cross"].shape[1] == len(generated) - 1
     assert all(path.is_file() for path in maps["files"].values())
+
+
+def test_one_kind_of_attention_for_chosen_heads(tmp_path, model, tokenizer):
+    maps = attention_maps(model, tokenizer, SOURCE, TARGET, layer=0, heads=[0, 2, 3])
+    drawn = draw_attention(tmp_path / "cross.png", maps, "cross", heads=[3])
+    assert drawn["heads"] == [3] and torch.equal(drawn["weights"], maps["cross"][[2]])  # head 3 is the maps' third
+    assert_png(drawn["path"], min_height=150)
+    every = draw_attention(tmp_path / "encoder.png", maps, "encoder")
+    assert every["heads"] == [0, 2, 3] and torch.equal(every["weights"], maps["encoder"])
+    with pytest.raises(ValueError, match=r"heads \[1\]: the maps hold the decoder's heads 0, 2, 3"):
+        draw_attention(tmp_path / "x.png", maps, "decoder", heads=[1])
+    with pytest.raises(ValueError, match="'self' is not a kind of attention map; use one of 'encoder', 'decoder', 'cross'"):
+        draw_attention(tmp_path / "x.png", maps, "self")
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_masked_positions_get_no_attention_in_a_padded_batch(model):

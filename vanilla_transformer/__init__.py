@@ -22,7 +22,7 @@ layer without a circle; ``tests/test_layers.py`` checks every import, including 
 3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``loading``, ``training_config``,
    ``deployment`` (the CTranslate2 export and engine, above ``loading``)
 4. evaluation: ``evaluation``
-5. reporting: ``visualization``, ``cards``
+5. reporting: ``visualization``, ``cards``, and ``explorer`` (the attention explorer, a Gradio app)
 6. training: ``training`` (Accelerate) and ``finetuning`` (transformers' Seq2SeqTrainer)
 7. command line: ``cli``, ``__main__``
 

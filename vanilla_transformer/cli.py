@@ -128,6 +128,23 @@ def visualize_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def explore_command(args: argparse.Namespace) -> int:
+    from .explorer import launch
+
+    try:
+        launch(args.model, port=args.port, host=args.host, source=args.source or "")
+    except ImportError as error:  # gradio (or matplotlib) is missing: the message says what to install
+        print(f"explore: {error}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # not a model folder
+        print(f"explore: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the port is taken
+        print(f"explore: {str(error).rstrip('.')}. Choose another port with --port.", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     """The command line; ``train_defaults`` replace TrainConfig's defaults (the values of ``train --config``)."""
     parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.splitlines()[0])
@@ -192,6 +209,18 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
     p.add_argument("--num-beams", type=int, default=None, help="beam size of the translation (default: the model's; paper: 4)")
     p.add_argument("--device", default=None, help="default: cpu")
     p.set_defaults(func=visualize_command)
+
+    p = commands.add_parser(
+        "explore", help="look inside a trained translator in the browser: translations, beam candidates, attention",
+        description="Serve the attention explorer, a Gradio app, for a saved model: type a sentence, see its "
+        "translation, beam search's candidates with their scores, and the attention of each layer and head. "
+        "Needs gradio: pip install 'vanilla-transformer[app]'. Stop it with Ctrl-C.",
+    )  # fmt: skip
+    p.add_argument("--model", required=True, help="a saved model folder (model + tokenizer), e.g. RUN/final")
+    p.add_argument("--port", type=int, default=None, help="port to serve on (default: the first free one from 7860)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: this machine only)")
+    p.add_argument("--source", default=None, help="a sentence to put in the source box")
+    p.set_defaults(func=explore_command)
     return parser
 
 

@@ -8,7 +8,7 @@ plotted, so that tests can check the picture's content and not only that a file 
     §3.2.3 causal and padding masks  -> plot_masks                 (the model's create_causal_mask / create_bidirectional_mask)
     §5.3  learning-rate schedule     -> plot_learning_rate         (schedule.noam_learning_rate)
     §5.4  label smoothing            -> plot_label_smoothing       (the target distribution of F.cross_entropy's smoothing)
-    §3.2  attention maps             -> attention_maps, plot_attention, draw_attention_maps
+    §3.2  attention maps             -> attention_maps, plot_attention, draw_attention, draw_attention_maps
                                          (eager attention weights of a saved or training model)
 
 ``draw_all`` writes all of them into a folder; the command line is ``vanilla-transformer visualize``.
@@ -40,6 +40,7 @@ __all__ = [
     "attention_maps",
     "attention_weights",
     "draw_all",
+    "draw_attention",
     "draw_attention_maps",
     "label_smoothing_distribution",
     "plot_attention",
@@ -600,6 +601,41 @@ def plot_attention(
     return {"weights": weights, "path": _save(fig, path)}
 
 
+#: The three kinds of attention maps: (title, query labels, key labels, query axis, key axis), labels by key of
+#: ``attention_maps``' result.
+ATTENTION_KINDS = {
+    "encoder": ("Encoder self-attention", "source_labels", "source_labels", "source token (query)", "source token (key)"),
+    "decoder": ("Decoder (masked) self-attention", "decoder_input_labels", "decoder_input_labels",
+                "decoder input (query)", "decoder input (key)"),
+    "cross": ("Encoder–decoder attention", "output_labels", "source_labels", "predicted target token (query)",
+              "source token (key)"),
+}  # fmt: skip
+
+
+def draw_attention(path: str | Path, maps: dict[str, Any], kind: str, heads: Sequence[int] | None = None) -> dict[str, Any]:
+    """One kind of ``attention_maps``' result drawn into ``path``: ``kind`` is ``"encoder"`` (encoder
+    self-attention), ``"decoder"`` (masked decoder self-attention) or ``"cross"`` (encoder–decoder attention,
+    rows labelled with the token each decoder position predicts); ``heads``: head numbers among the maps'
+    heads (default: all of them). Returns ``plot_attention``'s ``{"weights", "path"}`` plus ``heads``."""
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"kind {kind!r} is not a kind of attention map; use one of {', '.join(map(repr, ATTENTION_KINDS))}.")
+    stack = "encoder" if kind == "encoder" else "decoder"
+    available = list(maps["heads"][stack])
+    heads = available if heads is None else list(heads)
+    missing = [h for h in heads if h not in available]
+    if missing or not heads:
+        raise ValueError(f"heads {heads!r}: the maps hold the {stack}'s heads {_ranges(available)}; choose among them.")
+    weights = maps[kind][[available.index(h) for h in heads]]
+    title, query_key, key_key, query_axis, key_axis = ATTENTION_KINDS[kind]
+    index, count = maps["layer"][stack], maps["num_layers"][stack]
+    where = f"layer {index} (layers 0–{count - 1}), {'heads' if len(heads) > 1 else 'head'} {_ranges(heads)}"
+    extra = "; each row is labelled with the token it predicts" if kind == "cross" else ""
+    pair = f"“{_shorten(maps['source'])}” → “{_shorten(maps['target'])}”" + (" (the model's translation)" if maps["generated"] else "")
+    drawn = plot_attention(path, weights, maps[query_key], maps[key_key], f"{title}, {where}{extra}\n{pair}",
+                           heads=heads, query_axis=query_axis, key_axis=key_axis)  # fmt: skip
+    return {**drawn, "heads": heads}
+
+
 def draw_attention_maps(
     model,
     tokenizer,
@@ -615,27 +651,7 @@ def draw_attention_maps(
     ``attention_cross.png`` in ``output_dir``; returns the maps plus ``files`` (the three paths)."""
     maps = attention_maps(model, tokenizer, source, target, layer, heads, num_beams, generate_kwargs)
     output_dir = Path(output_dir)
-    pair = f"“{_shorten(maps['source'])}” → “{_shorten(maps['target'])}”" + (" (the model's translation)" if maps["generated"] else "")
-
-    def where(stack: str) -> str:
-        index, count = maps["layer"][stack], maps["num_layers"][stack]
-        return f"layer {index} (layers 0–{count - 1}), heads {_ranges(maps['heads'][stack])}"
-
-    drawings = (
-        ("encoder", f"Encoder self-attention, {where('encoder')}", maps["source_labels"], maps["source_labels"],
-         "source token (query)", "source token (key)"),
-        ("decoder", f"Decoder (masked) self-attention, {where('decoder')}", maps["decoder_input_labels"],
-         maps["decoder_input_labels"], "decoder input (query)", "decoder input (key)"),
-        ("cross", f"Encoder–decoder attention, {where('decoder')}; each row is labelled with the token it predicts",
-         maps["output_labels"], maps["source_labels"], "predicted target token (query)", "source token (key)"),
-    )  # fmt: skip
-    files = {}
-    for kind, title, query_labels, key_labels, query_axis, key_axis in drawings:
-        heads_of_kind = maps["heads"]["encoder" if kind == "encoder" else "decoder"]
-        files[kind] = plot_attention(
-            output_dir / FILES[kind], maps[kind], query_labels, key_labels, f"{title}\n{pair}",
-            heads=heads_of_kind, query_axis=query_axis, key_axis=key_axis,
-        )["path"]  # fmt: skip
+    files = {kind: draw_attention(output_dir / FILES[kind], maps, kind)["path"] for kind in ATTENTION_KINDS}
     return {**maps, "files": files}
 
 
