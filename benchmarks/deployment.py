@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -180,13 +179,19 @@ def memory_child(args) -> None:
     after_imports = _rss()
     loaded = load_engine(args.memory_child, args.model, json.loads(args.exports), args.threads)
     runner(args.memory_child, loaded, _read(args.data / "test_2016_flickr.de", args.sentences), BEAM)()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"peak_rss": peak, "after_imports": after_imports}))
+    print(json.dumps({"peak_rss": _peak_rss(), "after_imports": after_imports}))
 
 
 def _rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss() -> int:
+    """This process's RSS high-water mark (VmHWM). Not ``getrusage``'s ``ru_maxrss``: Linux carries that over
+    ``exec`` from the parent, so every child of a large parent would report the parent's peak."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
 def memory(args, exports: dict) -> list[dict]:
