@@ -195,7 +195,8 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
     p.add_argument("--quantization", choices=["float32", "int8", "int8_float32", "bfloat16"], default="float32",
                    help="type of the exported weights")  # fmt: skip
     p.add_argument("--max-positions", type=int, default=None,
-                   help="longest source and output, in tokens, the export accepts (default: the model's max_position_embeddings)")  # fmt: skip
+                   help="longest source and output, in tokens, the export accepts "
+                        "(default: the model's max_position_embeddings; at least 1024 for sinusoids)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace --output-dir if it exists")
     p.set_defaults(func=export_command)
 
