@@ -75,6 +75,25 @@ def test_one_matrix_for_source_target_and_output_layer_survives_reload(tmp_path,
     assert torch.equal(loaded.model.shared.weight, shared)
 
 
+
+def test_untied_embeddings_are_three_matrices_with_none_left_unused(tmp_path):
+    """tie_word_embeddings=False: source embedding, target embedding and output layer are separate, and no
+    fourth `shared` matrix sits beside them unused (it would count as parameters and be saved)."""
+    tied, untied = tiny_model(), tiny_model(tie_word_embeddings=False)
+    vocab, d_model = untied.config.vocab_size, untied.config.d_model
+    assert untied.num_parameters() - tied.num_parameters() == 2 * vocab * d_model
+    assert untied.model.shared is None and untied.get_input_embeddings() is untied.model.encoder.embed_tokens
+    matrices = {untied.model.encoder.embed_tokens.weight, untied.model.decoder.embed_tokens.weight, untied.lm_head.weight}
+    assert len({id(m) for m in matrices}) == 3
+    src, tgt = random_ids(2, 5), random_ids(2, 4, seed=1)
+    logits = untied(input_ids=src, labels=tgt).logits
+    untied(input_ids=src, labels=tgt).loss.backward()
+    assert all(p.grad is not None for p in untied.parameters())  # every parameter takes part
+    untied.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded(input_ids=src, labels=tgt).logits, logits)
+    assert loaded.model.shared is None and loaded.lm_head.weight is not loaded.model.decoder.embed_tokens.weight
+
 # ------------------------------------------------------------------ §3.2.3 masking
 def test_future_decoder_tokens_never_change_earlier_logits(model):
     src, tgt = random_ids(2, 6), random_ids(2, 7, seed=1)

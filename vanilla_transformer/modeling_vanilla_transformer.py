@@ -515,18 +515,22 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
-        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        # Tied (§3.4), `shared` is the one matrix behind both stacks' embed_tokens (and the output layer).
+        # Untied (tie_word_embeddings=False), each stack keeps its own matrix and nothing is shared.
+        self.shared = nn.Embedding(config.vocab_size, config.d_model) if config.tie_word_embeddings else None
         self.encoder = VanillaTransformerEncoder(config)
         self.decoder = VanillaTransformerDecoder(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.shared
+        return self.shared if self.shared is not None else self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.shared = value
+        """Tied: the shared matrix of both stacks. Untied: the source embedding (the decoder keeps its own)."""
+        if self.shared is not None:
+            self.shared = value
+            self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
-        self.decoder.embed_tokens = value
 
     @can_return_tuple  # return_dict=False (argument or config): the output's to_tuple(), as every transformers model
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -630,7 +634,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return super().train(mode)
 
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.shared
+        return self.model.get_input_embeddings()
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.model.set_input_embeddings(value)
