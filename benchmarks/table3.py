@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -164,11 +165,12 @@ def describe_change(row: Row, base: dict) -> str:
         return "average of the last 5 checkpoints"
     s, names = settings(row, base), {"encoder_layers": "N", "encoder_ffn_dim": "d_ff", "dropout": "P_drop",
                                      "label_smoothing": "ε_ls", "encoder_attention_heads": "h"}  # fmt: skip
+    words = {("position_embedding_type", "learned"): "learned positions", ("norm_first", True): "pre-LN",
+             ("scale_embedding", False): "no √d_model scale", ("tie_word_embeddings", False): "untied embeddings"}
     parts = []
     for field, value in row.change(base).items():
-        if field.startswith("decoder_"):
-            continue
-        parts.append(f"{names.get(field, field)}={value}")
+        if not field.startswith("decoder_"):
+            parts.append(words.get((field, value)) or f"{names.get(field, field)}={value}")
     if "encoder_attention_heads" in row.change(base) or "d_model" in row.change(base):
         parts.append(f"d_k={head_dim(s)}")
     return ", ".join(parts) or "—"
@@ -300,36 +302,39 @@ def _cell(values: list[float], digits: int) -> str:
     return f"{mean:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
-# The paper's conclusions (its §6.2), each with the rows and the direction of BLEU it predicts against the base.
+# The paper's conclusions (its §6.2), each with the rows and where it predicts their BLEU or perplexity against
+# the base row's band ("below": a lower value than every base seed).
 CLAIMS = [
-    ("(A) single-head attention is worse than the base's heads (paper: −0.9 BLEU)", {"A-h1": "below"}),
-    ("(A) too many heads also hurt (paper: 32 heads −0.4 BLEU)", {"A-h16": "below"}),
-    ("(B) reducing the attention key size d_k hurts (paper: −0.7 / −0.4 BLEU)", {"B-dk16": "below", "B-dk32": "below"}),
+    ("(A) single-head attention is worse than the base's heads (paper: −0.9 BLEU)", {("A-h1", "bleu"): "below"}),
+    ("(A) too many heads also hurt (paper: 32 heads −0.4 BLEU)", {("A-h16", "bleu"): "below"}),
+    ("(B) reducing the attention key size d_k hurts (paper: −0.7 / −0.4 BLEU)",
+     {("B-dk16", "bleu"): "below", ("B-dk32", "bleu"): "below"}),
     ("(C) smaller models are worse (fewer layers, narrower, smaller FFN)",
-     {"C-N1": "below", "C-N2": "below", "C-d128": "below", "C-ff512": "below"}),
+     {("C-N1", "bleu"): "below", ("C-N2", "bleu"): "below", ("C-d128", "bleu"): "below", ("C-ff512", "bleu"): "below"}),
     ("(C) bigger models are better (more layers, wider, larger FFN)",
-     {"C-N6": "above", "C-d512": "above", "C-ff2048": "above"}),
-    ("(D) dropout is very helpful in avoiding over-fitting (paper: none −1.2 BLEU)", {"D-drop0.0": "below"}),
-    ("(D) label smoothing improves BLEU (paper: none −0.5 BLEU)", {"D-ls0.0": "below"}),
-    ("(E) learned positions give nearly identical results to the sinusoids", {"E-learned": "inside"}),
+     {("C-N6", "bleu"): "above", ("C-d512", "bleu"): "above", ("C-ff2048", "bleu"): "above"}),
+    ("(D) dropout is very helpful in avoiding over-fitting (paper: none −1.2 BLEU)", {("D-drop0.0", "bleu"): "below"}),
+    ("(D) label smoothing hurts perplexity but improves BLEU (paper, without it: PPL 4.67 instead of 4.92, −0.5 BLEU)",
+     {("D-ls0.0", "ppl"): "below", ("D-ls0.0", "bleu"): "below"}),
+    ("(E) learned positions give nearly identical results to the sinusoids", {("E-learned", "bleu"): "inside"}),
 ]  # fmt: skip
 
 
-def verdict(runs: list[dict], expected: dict[str, str], band: dict | None) -> str:
+def verdict(runs: list[dict], expected: dict[tuple[str, str], str]) -> str:
     """"held" when every row is where the paper says, "did not hold" when one lies outside the band on the
     other side, otherwise "not resolved" (inside the noise band); "not run yet" without its rows."""
     found = {}
-    for key, direction in expected.items():
-        values = row_values(runs, key, "bleu")
+    for (key, metric), direction in expected.items():
+        values, band = row_values(runs, key, metric), base_band(runs, metric)
         if not values or band is None or band["n"] < 2:
             return "not run yet"
-        found[key] = position(statistics.fmean(values), band)
-    details = ", ".join(f"{k} {v}" for k, v in found.items())
+        found[key, metric] = position(statistics.fmean(values), band)
+    details = ", ".join(f"{key} {'PPL' if metric == 'ppl' else 'BLEU'} {where}" for (key, metric), where in found.items())
     if all(found[k] == d for k, d in expected.items()):
         return f"**held** ({details})"
     if any(found[k] != "inside" and found[k] != d for k, d in expected.items()):
         return f"**did not hold** ({details})"
-    return f"not resolved: inside the noise band ({details})"
+    return f"not resolved, inside the noise band ({details})"
 
 
 def report(results: dict, out: Path, picture: bool = True) -> str:
@@ -347,7 +352,9 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
         "row's seeds (min–max); one seed a row, so a row inside the band is not distinguishable from noise.",
         "",
     ]
-    if bleu_band and ppl_band:
+    if bleu_band and bleu_band["n"] < 2:
+        lines += ["**Noise band**: the base row has 1 seed so far; the band needs at least 2.", ""]
+    elif bleu_band and ppl_band:
         lines += [
             f"**Noise band** (base, {bleu_band['n']} seeds): BLEU {bleu_band['min']:.2f}–{bleu_band['max']:.2f} "
             f"(mean {bleu_band['mean']:.2f}, standard deviation {bleu_band['std']:.2f}); PPL "
@@ -369,7 +376,7 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
         if not bleu:
             continue
         if row.key == "base":
-            band_text = f"{len(bleu)} seeds"
+            band_text = f"{len(bleu)} seed{'s' if len(bleu) > 1 else ''}"
         else:
             band_text = f"{position(statistics.fmean(bleu), bleu_band)} / {position(statistics.fmean(ppl), ppl_band)}"
         minutes = statistics.fmean(r["train_seconds"] for r in row_runs) / 60
@@ -384,17 +391,21 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += ["", "## The paper's conclusions at this scale", ""]
-    lines += [f"- {text}: {verdict(runs, expected, bleu_band)}" for text, expected in CLAIMS]
+    lines += [f"- {text}: {verdict(runs, expected)}" for text, expected in CLAIMS]
     for key, what in (("X-pre-ln", "pre-LN"), ("X-no-scale", "no √d_model embedding scale"),
                       ("X-untied", "untied embeddings"), ("X-averaged", "checkpoint averaging (base seeds)")):  # fmt: skip
         values = row_values(runs, key, "bleu")
         if values and bleu_band and bleu_band["n"] >= 2:
-            lines.append(f"- beyond the paper, {what}: BLEU {statistics.fmean(values):.2f}, "
-                         f"{position(statistics.fmean(values), bleu_band)} the base band")  # fmt: skip
+            line = f"- beyond the paper, {what}: BLEU {statistics.fmean(values):.2f}, {position(statistics.fmean(values), bleu_band)} the base band"
+            if key == "X-averaged":
+                gains = [r["averaged"]["bleu"] - r["val"]["bleu"] for r in runs if r["row"] == "base" and "averaged" in r]
+                line += "; per seed, averaging changed BLEU by " + ", ".join(f"{g:+.2f}" for g in gains)
+            lines.append(line)
     signatures = sorted({r["val"]["bleu_signature"] for r in runs})
     lines += ["", f"sacreBLEU signature: `{'`, `'.join(signatures)}`.", ""]
     layouts = sorted({f"{r['layout']['processes']} process x {r['layout']['threads']} threads, "
-                      f"{r['layout']['cpus']} CPUs ({r['layout']['processor']}), {r['layout']['mixed_precision']}"
+                      f"{r['layout']['cpus']} CPUs ({r['layout']['processor']}), "
+                      f"{'float32' if r['layout']['mixed_precision'] == 'no' else r['layout']['mixed_precision']}"
                       for r in runs})  # fmt: skip
     lines += [f"Process layout: {'; '.join(layouts)}. Train minutes are the training loop's wall-clock; the load "
               f"average before and after each row is in `table3.json` (a row trained beside other work is slower).", ""]  # fmt: skip
@@ -402,11 +413,11 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
     out.mkdir(parents=True, exist_ok=True)
     (out / "table3.md").write_text(text)
     if picture:
-        draw(runs, out / "table3.png", steps)
+        draw(runs, out / "table3.png", steps, base)
     return text
 
 
-def draw(runs: list[dict], path: Path, steps: int) -> None:
+def draw(runs: list[dict], path: Path, steps: int, base: dict) -> None:
     """BLEU and perplexity per row (one dot per seed), against the base row's band (shaded: min–max)."""
     import matplotlib
 
@@ -414,7 +425,7 @@ def draw(runs: list[dict], path: Path, steps: int) -> None:
     import matplotlib.pyplot as plt
 
     keys = [row.key for row in ROWS if row_values(runs, row.key, "bleu")]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.32 * len(keys) + 1.6), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.32 * len(keys) + 1.6), sharey=True)
     for ax, metric, label in ((axes[0], "bleu", "BLEU (val), higher is better"),
                               (axes[1], "ppl", "perplexity (val), lower is better")):  # fmt: skip
         band = base_band(runs, metric)
@@ -429,7 +440,8 @@ def draw(runs: list[dict], path: Path, steps: int) -> None:
             ax.scatter(values, [y] * len(values), color=color, s=22, zorder=3)
         ax.set_xlabel(label)
         ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(len(keys)), keys)
+    labels = [f"{key}  ({describe_change(ROW_BY_KEY[key], base)})" if key != "base" else key for key in keys]
+    axes[0].set_yticks(range(len(keys)), labels, fontsize=8)
     axes[0].invert_yaxis()
     axes[0].legend(loc="lower left", fontsize=8)
     fig.suptitle(f"Table 3 rerun, Multi30k de→en, {steps} steps a row: green better / red worse than the base band")
@@ -475,6 +487,8 @@ def main(argv: list[str] | None = None) -> dict:
                      f"use another --output, or the same --steps")  # fmt: skip
     results.update(steps=steps, base_settings=base)
     if args.report:
+        if not results["runs"]:
+            parser.error(f"{results_path} holds no rows yet: run some first (e.g. --rows base)")
         print(report(results, args.output))
         return results
     args.revision = _git_revision()
@@ -494,10 +508,14 @@ def main(argv: list[str] | None = None) -> dict:
     for i, (row, seed) in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {row.key} seed {seed}: {describe_change(row, base)}", flush=True)
         record = run_row(row, seed, args, corpus, tokenizer_dir)
-        results["runs"] = [r for r in results["runs"] if (r["row"], r["seed"]) != (row.key, seed)] + [record]
-        results["environment"] = {"torch": torch.__version__, "python": platform.python_version()}
-        write_json_atomically(results_path, results)  # each row is kept as soon as it is done
-        report(results, args.output)
+        # Each row is kept as soon as it is done. The file is read again under a lock (filelock, which the Hub
+        # client already uses), so runs of different rows side by side (`--rows A-h1 & --rows A-h2`) keep each other's.
+        with FileLock(str(results_path) + ".lock"):
+            results = {**load_results(results_path), "steps": steps, "base_settings": base}
+            results["runs"] = [r for r in results["runs"] if (r["row"], r["seed"]) != (row.key, seed)] + [record]
+            results["environment"] = {"torch": torch.__version__, "python": platform.python_version()}
+            write_json_atomically(results_path, results)
+            report(results, args.output)
         print(f"[{i}/{len(todo)}] {row.key} seed {seed}: PPL {record['val']['ppl']:.2f}, BLEU {record['val']['bleu']:.2f}, "
               f"{record['train_seconds'] / 60:.1f} min", flush=True)  # fmt: skip
     return results

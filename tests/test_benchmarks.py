@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bf16_curve  # noqa: E402
 import speed  # noqa: E402
+import table3  # noqa: E402
 import trainer_speed  # noqa: E402
 
 
@@ -186,3 +188,77 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
     table = (tmp_path / "results" / "deployment.md").read_text()
     assert "CTranslate2 int8" in table and "vs MarianMTModel" in table and "sacreBLEU" in table
     assert json.loads((tmp_path / "results" / "deployment.json").read_text())["speed"] == results["speed"]
+
+
+def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_recorded_ones(corpus, tmp_path, monkeypatch, capsys):
+    args = ["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--output", str(tmp_path / "out"),
+            "--workdir", str(tmp_path / "work")]  # fmt: skip
+    # an interruption after 4 of the row's 6 steps (checkpoints every 2), before it is scored
+    monkeypatch.setitem(table3.SMOKE, "steps", 4)
+    monkeypatch.setattr(table3, "score", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        table3.main([*args, "--rows", "X-untied"])
+    assert (tmp_path / "work" / "X-untied-seed0" / "checkpoints" / "checkpoint-4").is_dir()
+    assert not (tmp_path / "out" / "table3.json").exists()
+    monkeypatch.undo()
+    capsys.readouterr()
+
+    results = table3.main([*args, "--rows", "base", "A-h1", "X-untied"])
+    assert "resumed from checkpoint-4 (step 4" in capsys.readouterr().out
+    runs = {(r["row"], r["seed"]): r for r in results["runs"]}
+    assert set(runs) == {("base", 0), ("base", 1), ("base", 2), ("A-h1", 0), ("X-untied", 0)}
+    saved = json.loads((tmp_path / "out" / "table3.json").read_text())
+    assert saved["runs"] == results["runs"] and saved["steps"] == 6
+    base, untied, one_head = runs["base", 0], runs["X-untied", 0], runs["A-h1", 0]
+    for run in runs.values():
+        assert run["steps"] == 6 and run["val"]["ppl"] > 1 and 0 <= run["val"]["bleu"] <= 100 and run["val"]["n"] == 100
+        assert run["command"].startswith("python benchmarks/table3.py --smoke")
+        assert run["layout"]["processes"] == 1 and run["layout"]["threads"] == torch.get_num_threads()
+        folder = tmp_path / "work" / f"{run['row']}-seed{run['seed']}"
+        assert not (folder / "checkpoints").exists() and (folder / "final" / "config.json").is_file()
+    assert all("averaged" in runs["base", seed] for seed in (0, 1, 2)) and "averaged" not in untied
+    assert len({runs["base", seed]["val"]["ppl"] for seed in (0, 1, 2)}) == 3  # the seeds change the run
+    # the changes reach the model: one head keeps h*d_k = d_model (same size); untied adds two vocabulary matrices
+    assert one_head["settings"]["encoder_attention_heads"] == 1 and one_head["params"] == base["params"]
+    d_model, vocab = base["settings"]["d_model"], table3.SMOKE["vocab_size"]
+    assert untied["params"] - base["params"] == 2 * vocab * d_model
+    table = (tmp_path / "out" / "table3.md").read_text()
+    assert all(f"| {key} |" in table for key in ("base", "A-h1", "X-untied", "X-averaged"))
+    assert (tmp_path / "out" / "table3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    again = table3.main([*args, "--rows", "base", "A-h1", "X-untied"])  # everything recorded: nothing trains
+    assert "0 run(s) to do" in capsys.readouterr().out and again["runs"] == results["runs"]
+    with pytest.raises(SystemExit):  # rows of 6 steps are not mixed with rows of the default step count
+        table3.main(["--report", "--output", str(tmp_path / "out")])
+
+
+def test_table3_report_lays_out_the_fixture_rows_against_the_base_band(tmp_path):
+    """tests/fixtures/table3.json: base BLEU 30/31/32 (PPL 6.0/5.8/5.6); A-h1 worse on both, A-h16 and E inside,
+    the bigger models better, no label smoothing better (against the paper), two seeds of it."""
+    shutil.copy(ROOT / "tests" / "fixtures" / "table3.json", tmp_path / "table3.json")
+    table3.main(["--report", "--output", str(tmp_path)])
+    table = (tmp_path / "table3.md").read_text()
+    assert "BLEU 30.00–32.00 (mean 31.00, standard deviation 1.00); PPL 5.60–6.00" in table
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines() if line.startswith("| ")}
+    assert rows["A-h1"][1:7] == ["h=1, d_k=256", "3", "256", "1024", "1", "256"]
+    assert rows["A-h1"][10:14] == ["6.50", "28.00", "9.9M", "below / above"]
+    assert rows["A-h1"][15:18] == ["h=1, d_k=512", "5.29", "24.9"]
+    assert rows["A-h16"][13] == "inside / inside" and rows["E-learned"][13] == "inside / inside"
+    assert rows["D-ls0.0"][8] == "0.0" and rows["D-ls0.0"][11] == "33.00 (32.50–33.50)"
+    assert rows["base"][11] == "31.00 (30.00–32.00)" and rows["X-averaged"][11] == "32.00 (31.00–33.00)"
+    assert "B-dk16" not in rows  # not run: no line
+    verdicts = dict(line[2:].rsplit(": ", 1) for line in table.splitlines() if line.startswith("- ("))
+    assert verdicts["(A) single-head attention is worse than the base's heads (paper: −0.9 BLEU)"].startswith("**held**")
+    assert verdicts["(A) too many heads also hurt (paper: 32 heads −0.4 BLEU)"].startswith("not resolved")
+    assert verdicts["(B) reducing the attention key size d_k hurts (paper: −0.7 / −0.4 BLEU)"] == "not run yet"
+    assert verdicts["(C) bigger models are better (more layers, wider, larger FFN)"].startswith("**held**")
+    label_smoothing = next(v for k, v in verdicts.items() if k.startswith("(D) label smoothing"))
+    assert label_smoothing == "**did not hold** (D-ls0.0 PPL below, D-ls0.0 BLEU above)"
+    assert "per seed, averaging changed BLEU by +1.00, +1.00, +1.00" in table
+    assert (tmp_path / "table3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("value", "where"), [(29.99, "below"), (30.0, "inside"), (32.0, "inside"), (32.01, "above")])
+def test_table3_band_edges_count_as_inside(value, where):
+    assert table3.position(value, {"min": 30.0, "max": 32.0, "n": 3}) == where
+    assert table3.position(value, {"min": 30.0, "max": 32.0, "n": 1}) == "?"  # one seed is no band
