@@ -50,3 +50,9 @@ def test_the_architecture_table_names_every_deviation_from_the_paper():
     changed = architecture_table(VanillaTransformerConfig(norm_first=True, position_embedding_type="learned",
                                                           scale_embedding=False, tie_word_embeddings=False))  # fmt: skip
     assert changed.count("deviation") == 4
+
+
+def test_the_architecture_table_shows_a_head_size_only_when_head_dim_is_set():
+    assert "head size" not in architecture_table(VanillaTransformerConfig.base())  # d_model / heads, as in the paper
+    table = architecture_table(VanillaTransformerConfig.base(head_dim=32))
+    assert "| head size d_k = d_v | 32 (set with head_dim; the paper's is d_model / heads) |" in table

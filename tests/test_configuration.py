@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from vanilla_transformer import VanillaTransformerConfig
@@ -52,3 +54,44 @@ def test_wrong_types_are_rejected_with_the_field_name():
     # transformers' @strict dataclass validation checks field types before our value rules run.
     with pytest.raises(Exception, match="d_model.*expected int"):
         VanillaTransformerConfig(d_model="512")
+
+
+# ------------------------------------------------------------------ head_dim: d_k = d_v apart from d_model / h
+def test_head_dim_defaults_to_none_the_papers_d_model_over_h():
+    assert VanillaTransformerConfig().head_dim is None
+    assert VanillaTransformerConfig.base().head_dim is None and VanillaTransformerConfig.big().head_dim is None
+
+
+@pytest.mark.parametrize("value, words", [(0, "positive integer or None"), (-8, "positive integer or None")])
+def test_head_dim_must_be_positive(value, words):
+    with pytest.raises(ValueError) as error:
+        VanillaTransformerConfig(head_dim=value)
+    assert "`head_dim`" in str(error.value) and words in str(error.value)
+
+
+@pytest.mark.parametrize("value", [True, 16.0, "16"])
+def test_head_dim_must_be_an_int(value):
+    # transformers' @strict validation refuses the type first (a bool is not taken for an int either)
+    with pytest.raises(Exception, match="head_dim.*expected int"):
+        VanillaTransformerConfig(head_dim=value)
+
+
+def test_head_dim_lifts_the_rule_that_heads_divide_d_model():
+    with pytest.raises(ValueError, match="`encoder_attention_heads` = 3 is invalid.*divisible.*or set head_dim"):
+        VanillaTransformerConfig(d_model=32, encoder_attention_heads=3, decoder_attention_heads=4)
+    config = VanillaTransformerConfig(d_model=32, encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12)
+    assert (config.encoder_attention_heads, config.decoder_attention_heads, config.head_dim) == (3, 5, 12)
+
+
+def test_head_dim_survives_a_round_trip_and_old_config_files_load_without_it(tmp_path):
+    config = VanillaTransformerConfig(d_model=32, encoder_attention_heads=3, decoder_attention_heads=3, head_dim=12)
+    config.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["head_dim"] == 12
+    loaded = VanillaTransformerConfig.from_pretrained(tmp_path)
+    assert loaded.head_dim == 12 and loaded.to_dict() == config.to_dict()
+    # a config.json written before the field existed: the paper's rule, as before
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["head_dim"]
+    saved["encoder_attention_heads"] = saved["decoder_attention_heads"] = 4
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert VanillaTransformerConfig.from_pretrained(tmp_path).head_dim is None

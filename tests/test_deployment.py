@@ -95,8 +95,10 @@ def test_the_export_computes_the_models_log_probabilities(trained, tokenizer, ex
 @pytest.mark.parametrize(
     "flags",
     [{"norm_first": True}, {"position_embedding_type": "learned"}, {"scale_embedding": False},
-     {"tie_word_embeddings": False}, {"encoder_layers": 1, "decoder_attention_heads": 2, "layer_norm_eps": 1e-3}],
-    ids=["pre-LN", "learned positions", "no embedding scale", "untied embeddings", "uneven sizes"],
+     {"tie_word_embeddings": False}, {"encoder_layers": 1, "decoder_attention_heads": 2, "layer_norm_eps": 1e-3},
+     {"head_dim": 4}, {"head_dim": 16}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12}],
+    ids=["pre-LN", "learned positions", "no embedding scale", "untied embeddings", "uneven sizes",
+         "4 heads of 4", "4 heads of 16", "3 and 5 heads of 12"],
 )  # fmt: skip
 def test_every_configuration_flag_exports_exactly(flags, tokenizer, tmp_path):
     model = tiny_model(seed=1, vocab_size=len(tokenizer), **flags)

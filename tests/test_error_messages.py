@@ -180,6 +180,7 @@ CASES = [
     Case("configuration", "a special token id outside the vocabulary", lambda d: VanillaTransformerConfig(vocab_size=10, eos_token_id=10), "a token id must lie in [0, vocab_size=10)"),
     Case("configuration", "an unknown position encoding", lambda d: VanillaTransformerConfig(position_embedding_type="rotary"), "'sinusoidal' (the paper) or 'learned'"),
     Case("configuration", "a negative layer count", lambda d: VanillaTransformerConfig(encoder_layers=-1), "it must be a positive integer"),
+    Case("configuration", "a head size (head_dim) of 0", lambda d: VanillaTransformerConfig(head_dim=0), "`head_dim` = 0 is invalid: it must be a positive integer or None"),
     Case("training options", "max_tokens=0", lambda d: TrainConfig(max_tokens=0), "max_tokens=0 is out of range"),
     Case("training options", "an unknown mixed precision", lambda d: TrainConfig(mixed_precision="fp8"), "mixed_precision='fp8' is out of range"),
     Case("training options", "a misspelt option in a YAML file", lambda d: TrainConfig.from_file(_lines(d / "run.yaml", ["max_stepz: 7"])), "max_stepz"),
@@ -193,6 +194,7 @@ CASES = [
     Case("model inputs", "a label id >= vocab_size", lambda d: M()(input_ids=torch.tensor([[4, 5]]), labels=torch.tensor([[70, -100]])), "`labels` holds token id 70"),
     Case("model inputs", "input longer than learned positions support", lambda d: M(max_position_embeddings=8, position_embedding_type="learned")(input_ids=random_ids(1, 9), decoder_input_ids=random_ids(1, 3)), "max_position_embeddings=8"),
     Case("model inputs", "flex attention with heads too small for torch's CPU kernel", lambda d: M(attn_implementation="flex_attention")(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3)), "head size of at least 32"),
+    Case("model inputs", "flex attention with a head_dim too small for torch's CPU kernel", lambda d: M(d_model=64, encoder_attention_heads=2, decoder_attention_heads=2, head_dim=16, attn_implementation="flex_attention")(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3)), "head size 16 (head_dim=16)"),
     Case("model inputs", "skip_logits without labels", lambda d: M()(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), skip_logits=True), "skip_logits=True needs `labels`"),
     # ---------------------------------------------------------------- generation and translation
     Case("generation", "more returned sequences than beams", lambda d: M().generate(random_ids(1, 4), num_beams=2, num_return_sequences=3, max_new_tokens=3), "num_return_sequences"),

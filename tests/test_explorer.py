@@ -89,6 +89,21 @@ def test_each_head_gets_its_own_picture_and_maps_are_computed_once_per_layer(sav
     assert [call["layer"] for call in calls] == [0] and calls[0]["num_beams"] == 2
 
 
+def test_a_model_with_head_dim_is_described_and_drawn_head_by_head(tmp_path, explorer):
+    """Heads of head_dim 12 (3 in the encoder, 5 in the decoder: h·d_k ≠ d_model): one map per head of each kind."""
+    tokenizer = train_joint_bpe(SENTENCES * 3, vocab_size=400, min_frequency=1)
+    model = tiny_model(vocab_size=len(tokenizer), encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12)
+    model.generation_config.source_length_offset = 6
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert "2 encoder and 2 decoder layers, 3 heads of size 12, d_model 32" in explorer.describe(tmp_path / "model")
+    result = explorer.translate(tmp_path / "model", SOURCE, num_beams=2)
+    assert explorer.draw(result, "cross", 1, head=4).read_bytes()[:4] == b"\x89PNG"
+    maps = result["maps"][1]
+    assert maps["encoder"].shape[0] == 3 and maps["decoder"].shape[0] == maps["cross"].shape[0] == 5
+    assert torch.allclose(maps["cross"].sum(-1), torch.ones(maps["cross"].shape[:2]), atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "text, message",
     [("", r"source box is empty"), ("   \n ", r"source box is empty"),

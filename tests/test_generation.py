@@ -66,6 +66,33 @@ def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch,
 
 
 
+@pytest.mark.parametrize("head_dim", [4, 12])
+def test_in_place_beam_search_with_head_dim_gives_transformers_tokens_and_groups_the_beams(monkeypatch, head_dim):
+    """Heads of head_dim (3 and 5 of them: h·d_k ≠ d_model) through the in-place loop, whose attention hook gives the
+    decoder one encoder row per sentence: transformers' tokens, and the logits of repeated encoder rows."""
+    model = tiny_model(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=head_dim)
+    with torch.no_grad():  # make </s> likely enough that some hypotheses end early and others do not
+        direction = torch.randn(32, generator=torch.Generator().manual_seed(1))
+        model.model.decoder.layers[-1].final_layer_norm.bias.copy_(0.3 * direction)
+        model.model.shared.weight[EOS] = 3 * direction / direction.norm()
+    model.generation_config.source_length_offset = 3
+    src = random_ids(4, 7, seed=5)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4, [1] * 6 + [0]])
+    fast = model.generate(src, attention_mask=mask, num_beams=4)
+    applied = []
+    check = generation.in_place_beam_search_applies
+    monkeypatch.setattr(generation, "in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False)
+    plain = model.generate(src, attention_mask=mask, num_beams=4)  # transformers' own loop
+    assert applied == [True] and torch.equal(fast, plain)
+    assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
+
+    tgt = random_ids(16, 5, seed=1)
+    encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+    shared = model(encoder_outputs=(encoder_hidden,), attention_mask=mask, decoder_input_ids=tgt).logits
+    repeated = model(encoder_outputs=(encoder_hidden.repeat_interleave(4, 0),), attention_mask=mask.repeat_interleave(4, 0), decoder_input_ids=tgt).logits
+    torch.testing.assert_close(shared, repeated, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("n", [244, 4 * 8000, 4 * 37000 + 3, 70])
 def test_top_k_through_chunk_maxima_equals_torch_topk(n):
     g = torch.Generator().manual_seed(n)

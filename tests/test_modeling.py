@@ -327,6 +327,109 @@ def test_preset_parameter_counts_match_the_paper(preset, paper_millions):
     assert abs(count / (paper_millions * 1e6) - 1) < 0.03
 
 
+# ------------------------------------------------------------------ head size d_k = d_v apart from d_model / h (config.head_dim)
+#: h·d_k ≠ d_model (32): smaller heads, larger heads, and head counts that do not divide d_model (3 and 5)
+HEAD_DIMS = [dict(head_dim=4), dict(head_dim=16), dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12)]
+HEAD_DIM_IDS = ["4 heads of 4", "4 heads of 16", "3 and 5 heads of 12"]
+
+
+def formula_parameter_count(c: VanillaTransformerConfig) -> int:
+    """Parameters by the formula: the shared embedding (V × d_model), then per layer each attention's
+    W^Q, W^K, W^V (d_model × h·d_k, with biases), W^O (h·d_k × d_model, with bias), the FFN and the LayerNorms."""
+    d = c.d_model
+
+    def attention(heads: int) -> int:
+        width = heads * (c.head_dim or d // heads)
+        return 3 * (d * width + width) + width * d + d
+
+    def ffn(d_ff: int) -> int:
+        return d * d_ff + d_ff + d_ff * d + d
+
+    encoder_layer = attention(c.encoder_attention_heads) + ffn(c.encoder_ffn_dim) + 2 * 2 * d
+    decoder_layer = 2 * attention(c.decoder_attention_heads) + ffn(c.decoder_ffn_dim) + 3 * 2 * d
+    return c.vocab_size * d + c.encoder_layers * encoder_layer + c.decoder_layers * decoder_layer
+
+
+def test_without_head_dim_the_model_is_the_papers_with_d_k_d_model_over_h():
+    """head_dim=None: every attention matrix d_model × d_model, as before the field existed; and head_dim = d_model / h
+    explicitly gives the same parameters, weights and logits."""
+    default, explicit = tiny_model(), tiny_model(head_dim=8)
+    shapes = {name: tuple(p.shape) for name, p in default.state_dict().items()}
+    assert shapes == {name: tuple(p.shape) for name, p in explicit.state_dict().items()}
+    attention = default.model.decoder.layers[0].encoder_attn
+    assert attention.head_dim == 8 and attention.scaling == 8**-0.5
+    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        assert shapes[f"model.encoder.layers.0.self_attn.{proj}.weight"] == (32, 32)
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    assert torch.equal(default(input_ids=src, decoder_input_ids=tgt).logits, explicit(input_ids=src, decoder_input_ids=tgt).logits)
+    assert count_parameters(VanillaTransformerConfig.base()) == formula_parameter_count(VanillaTransformerConfig.base())
+
+
+@pytest.mark.parametrize("overrides", HEAD_DIMS, ids=HEAD_DIM_IDS)
+def test_head_dim_sets_the_projection_shapes_scaling_and_parameter_count(overrides):
+    model = tiny_model(**overrides)
+    config, d_k = model.config, overrides["head_dim"]
+    for layer, heads in ((model.model.encoder.layers[0].self_attn, config.encoder_attention_heads),
+                         (model.model.decoder.layers[1].self_attn, config.decoder_attention_heads),
+                         (model.model.decoder.layers[1].encoder_attn, config.decoder_attention_heads)):  # fmt: skip
+        assert layer.head_dim == d_k and layer.scaling == d_k**-0.5
+        for proj in (layer.q_proj, layer.k_proj, layer.v_proj):
+            assert tuple(proj.weight.shape) == (heads * d_k, 32)
+        assert tuple(layer.out_proj.weight.shape) == (32, heads * d_k)
+    assert sum(p.numel() for p in model.parameters()) == count_parameters(config) == formula_parameter_count(config)
+    assert formula_parameter_count(config) != formula_parameter_count(tiny_config())
+
+
+@pytest.mark.parametrize("overrides", HEAD_DIMS, ids=HEAD_DIM_IDS)
+def test_head_dim_eager_and_sdpa_agree_and_padding_changes_nothing(overrides):
+    short_src, long_src = random_ids(1, 4, seed=3), random_ids(1, 9, seed=4)
+    short_tgt, long_tgt = random_ids(1, 3, seed=5), random_ids(1, 8, seed=6)
+    src = torch.cat([F.pad(short_src, (0, 5), value=PAD), long_src])
+    src_mask = torch.tensor([[1] * 4 + [0] * 5, [1] * 9])
+    tgt = torch.cat([F.pad(short_tgt, (0, 5), value=PAD), long_tgt])
+    tgt_mask = torch.tensor([[1] * 3 + [0] * 5, [1] * 8])
+    logits = {}
+    for attn in ("eager", "sdpa"):
+        model = tiny_model(**overrides)
+        model.set_attn_implementation(attn)
+        batched = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask).logits
+        alone = model(input_ids=short_src, decoder_input_ids=short_tgt).logits
+        torch.testing.assert_close(alone[0], batched[0, :3], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model(input_ids=long_src, decoder_input_ids=long_tgt).logits[0], batched[1], atol=1e-5, rtol=1e-5)
+        logits[attn] = batched
+    torch.testing.assert_close(logits["eager"], logits["sdpa"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", HEAD_DIMS, ids=HEAD_DIM_IDS)
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_head_dim_generation_with_and_without_cache_is_token_identical(overrides, num_beams):
+    model = tiny_model(**overrides)
+    src, mask = random_ids(3, 7), torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    with_cache = model.generate(src, attention_mask=mask, num_beams=num_beams, max_new_tokens=12, use_cache=True)
+    without = model.generate(src, attention_mask=mask, num_beams=num_beams, max_new_tokens=12, use_cache=False)
+    assert torch.equal(with_cache, without)
+    # and step by step with the cache, as generate's steps, the logits of the whole target at once
+    tgt = random_ids(3, 5, seed=1)
+    full = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    encoder_outputs, cache, steps = model.get_encoder()(input_ids=src, attention_mask=mask), None, []
+    for t in range(tgt.shape[1]):
+        out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
+        cache, _ = out.cache, steps.append(out.logits)
+    assert cache.self_attention_cache.layers[0].keys.shape[1:] == (model.config.decoder_attention_heads, 5, overrides["head_dim"])
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", HEAD_DIMS, ids=HEAD_DIM_IDS)
+def test_head_dim_survives_save_and_from_pretrained(overrides, tmp_path):
+    model = tiny_model(**overrides)
+    model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert loaded.config.head_dim == overrides["head_dim"]
+    src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
+    assert torch.equal(loaded(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
+    assert torch.equal(loaded.generate(src, max_new_tokens=8), model.generate(src, max_new_tokens=8))
+
+
 # ------------------------------------------------------------------ §6.1 generation defaults
 def test_generation_defaults_are_the_papers_and_are_saved(tmp_path, model):
     assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 0.6)
@@ -466,6 +569,24 @@ def test_flex_attention_refuses_head_sizes_its_cpu_kernel_got_wrong():
         model.generate(random_ids(1, 4), max_new_tokens=2)
 
 
+def test_flex_attention_checks_the_real_head_size_head_dim_sets():
+    """d_model 32 with 4 heads of head_dim 32 runs (d_model / heads would be 8) and equals eager; d_model 64 with
+    2 heads of head_dim 16 is refused (d_model / heads would be 32)."""
+    src, tgt = random_ids(2, 7), random_ids(2, 6, seed=1)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    logits = {}
+    for attn in ("eager", "flex_attention"):
+        model = tiny_model(head_dim=32)
+        model.set_attn_implementation(attn)
+        with torch.no_grad():
+            logits[attn] = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(logits["flex_attention"], logits["eager"], atol=1e-5, rtol=1e-5)
+    model = tiny_model(**{**FLEX, "head_dim": 16})
+    model.set_attn_implementation("flex_attention")
+    with pytest.raises(ValueError, match=r"head size 16 \(head_dim=16\)"):
+        model(input_ids=src, decoder_input_ids=tgt)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's flex attention has no backward on CPU; its gradients are checked on a GPU")
 def test_flex_attention_gradients_equal_eager_on_a_gpu():
     src, tgt = random_ids(2, 7).cuda(), random_ids(2, 6, seed=1).cuda()
@@ -510,6 +631,33 @@ def test_static_cache_generation_gives_the_dynamic_caches_tokens(attn, num_beams
     dynamic = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6)
     static = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6, cache_implementation="static")
     assert torch.equal(static, dynamic)
+
+
+def test_head_dim_compiles_as_one_graph_and_static_caches_hold_its_heads():
+    """h·d_k ≠ d_model under torch.compile(fullgraph=True) and with static caches: transformers' StaticCache sizes its
+    layers from the first keys it gets (h heads of head_dim), and decoding gives the dynamic cache's tokens."""
+    from transformers import CompileConfig
+
+    model, inputs = tiny_model(**HEAD_DIMS[2]), _capability_inputs()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(**inputs).logits, model(**inputs).logits)
+    del inputs["decoder_input_ids"]
+    for num_beams in (1, 4):
+        dynamic = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6)
+        static = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6, cache_implementation="static",
+                                return_dict_in_generate=num_beams == 1)  # fmt: skip
+        if num_beams == 1:
+            layer = static.cache.self_attention_cache.layers[0]
+            assert type(layer).__name__ == "StaticLayer" and (layer.num_heads, layer.k_head_dim) == (5, 12)
+            static = static.sequences
+        assert torch.equal(static, dynamic)
+    config = CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
+    config._compile_all_devices = True
+    torch._dynamo.reset()
+    tokens = model.generate(**inputs, num_beams=1, max_new_tokens=6, cache_implementation="static", compile_config=config)
+    assert model._compiled_call is not None and torch.equal(tokens, model.generate(**inputs, num_beams=1, max_new_tokens=6))
 
 
 def test_static_cache_decoding_compiles_as_one_graph():

@@ -1,6 +1,6 @@
 """Property tests (hypothesis): equivalences that must hold for every tiny model and padded batch.
 
-Each example draws a random tiny configuration (width, heads, layers, FFN size, vocabulary, and the
+Each example draws a random tiny configuration (width, heads, head size, layers, FFN size, vocabulary, and the
 deviation flags: pre-LN, learned positions, unscaled or untied embeddings, a small sinusoid table),
 an attention implementation, a weight seed, and a batch of 1-4 right-padded source and target rows
 of 1-12 tokens (every row keeps at least one real token). Dropout is 0, the model is in eval mode
@@ -31,7 +31,8 @@ PROPERTY_SETTINGS = settings(max_examples=25, deadline=None)
 def config_kwargs(draw) -> dict:
     """Keyword arguments of a tiny ``VanillaTransformerConfig`` with dropout 0."""
     d_model = draw(st.sampled_from([8, 16, 32]))
-    heads = st.sampled_from([h for h in (1, 2, 4, 8) if d_model % h == 0])
+    head_dim = draw(st.sampled_from([None, None, 4, 12]))  # None: d_model / heads, so heads must divide d_model
+    heads = st.sampled_from([h for h in (1, 2, 4, 8) if d_model % h == 0] if head_dim is None else [1, 2, 3, 4, 5])
     learned = draw(st.booleans())
     # Learned positions must cover every position used; sinusoids past the table are computed on the fly.
     min_positions = max(MAX_LEN, MAX_NEW_TOKENS + 1) if learned else 1
@@ -42,6 +43,7 @@ def config_kwargs(draw) -> dict:
         decoder_layers=draw(st.integers(1, 2)),
         encoder_attention_heads=draw(heads),
         decoder_attention_heads=draw(heads),
+        head_dim=head_dim,
         encoder_ffn_dim=draw(st.sampled_from([8, 16, 64])),
         decoder_ffn_dim=draw(st.sampled_from([8, 16, 64])),
         dropout=0.0,

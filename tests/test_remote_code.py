@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import huggingface_hub
+import pytest
 import torch
 from conftest import random_ids, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
@@ -57,14 +58,19 @@ def test_saved_folder_has_auto_map_and_the_portable_files(tmp_path):
     assert not (tmp_path / "__init__.py").exists()
 
 
-def test_folder_loads_and_generates_identically_without_the_package(tmp_path):
-    model = tiny_model()
+@pytest.mark.parametrize(
+    "overrides", [{}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12}], ids=["paper", "head_dim"]
+)
+def test_folder_loads_and_generates_identically_without_the_package(tmp_path, overrides):
+    model = tiny_model(**overrides)
     folder = tmp_path / "checkpoint"
     model.save_pretrained(folder)
     src = random_ids(2, 6)
     torch.save(src, tmp_path / "src.pt")
     expected = model.generate(src, max_new_tokens=10)
     expected_beam = model.generate(src)  # paper defaults: beam 4, alpha 0.6, source length + 50
+    expected_logits = model(input_ids=src, decoder_input_ids=expected).logits
+    q_rows = model.model.decoder.layers[0].self_attn.q_proj.weight.shape[0]  # h·d_k (d_model without head_dim)
 
     script = textwrap.dedent(
         f"""
@@ -82,9 +88,13 @@ def test_folder_loads_and_generates_identically_without_the_package(tmp_path):
         rows = []
         model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, o: rows.append(o.shape[0]))
         src = torch.load({str(tmp_path / "src.pt")!r}, weights_only=True)
-        torch.save({{"greedy": model.generate(src, max_new_tokens=10), "beam": model.generate(src)}},
-                   {str(tmp_path / "out.pt")!r})
+        greedy, beam = model.generate(src, max_new_tokens=10), model.generate(src)
         assert rows == [2, 2], rows  # greedy, then beam search with one encoder row per sentence
+        with torch.no_grad():
+            logits = model(input_ids=src, decoder_input_ids=greedy).logits
+        torch.save({{"greedy": greedy, "beam": beam, "logits": logits}}, {str(tmp_path / "out.pt")!r})
+        assert model.config.head_dim == {overrides.get("head_dim")!r}, model.config.head_dim
+        assert model.model.decoder.layers[0].self_attn.q_proj.weight.shape[0] == {q_rows}
         base = AutoModel.from_pretrained(folder, trust_remote_code=True)
         assert type(base).__name__ == "VanillaTransformerModel"
         assert AutoConfig.from_pretrained(folder, trust_remote_code=True).model_type == "vanilla_transformer"
@@ -99,6 +109,7 @@ def test_folder_loads_and_generates_identically_without_the_package(tmp_path):
     out = torch.load(tmp_path / "out.pt", weights_only=True)
     assert torch.equal(out["greedy"], expected)
     assert torch.equal(out["beam"], expected_beam)
+    torch.testing.assert_close(out["logits"], expected_logits)
 
 
 def test_package_and_remote_code_classes_give_the_same_logits(tmp_path):

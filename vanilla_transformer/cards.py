@@ -100,10 +100,13 @@ def architecture_table(mc: Any) -> str:
     positions = "learned (deviation)" if mc.position_embedding_type == "learned" else "sinusoidal (§3.5)"
     scaled = "scaled by √d_model (§3.4)" if mc.scale_embedding else "not scaled (deviation)"
     shared = "one matrix for source, target and output layer (§3.4)" if mc.tie_word_embeddings else "separate matrices (deviation)"
+    head_dim = getattr(mc, "head_dim", None)  # d_k = d_v; None: d_model / heads, as in the paper (no row)
+    head_size = f"| head size d_k = d_v | {head_dim} (set with head_dim; the paper's is d_model / heads) |\n" if head_dim else ""
     return (
         f"| d_model | {mc.d_model} |\n"
         f"| layers (encoder + decoder) | {mc.encoder_layers} + {mc.decoder_layers} |\n"
         f"| attention heads (encoder / decoder) | {mc.encoder_attention_heads} / {mc.decoder_attention_heads} |\n"
+        f"{head_size}"
         f"| d_ff (encoder / decoder) | {mc.encoder_ffn_dim} / {mc.decoder_ffn_dim} |\n"
         f"| dropout P_drop (residual, embeddings) | {mc.dropout} |\n"
         f"| attention / activation dropout | {mc.attention_dropout} / {mc.activation_dropout} |\n"

@@ -12,6 +12,13 @@ gives the *big* model. Anything that departs from the paper is a flag that is of
   variant) instead of the sinusoids of §3.5.
 * ``attention_dropout`` / ``activation_dropout``: dropout on attention weights / inside the FFN,
   which the paper does not use (0 by default).
+
+One more switch is not a deviation but a variation in the manner of the paper's Table 3:
+
+* ``head_dim``: the size d_k = d_v of every attention head. ``None`` (the default) is the paper's
+  rule d_k = d_v = d_model / h; when set, the h heads together are h·d_k wide, which need not equal
+  d_model: smaller (or larger) heads with h fixed. (Table 3's row (B) shrank d_k alone and kept
+  d_v = 64, its 58M / 60M parameters; ``head_dim`` sets d_k and d_v together.)
 """
 
 
@@ -28,6 +35,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         d_model: width of every sub-layer output and embedding (§3.1, d_model = 512).
         encoder_layers / decoder_layers: number of identical layers N in each stack (N = 6).
         encoder_attention_heads / decoder_attention_heads: parallel attention heads h (§3.2.2, h = 8).
+        head_dim: size d_k = d_v of every attention head of both stacks. ``None`` (default): d_model / h,
+            each stack with its own h (§3.2.2, 64). When set, Q, K and V project d_model to h·d_k and the
+            output projection maps h·d_k back to d_model; h need not divide d_model (not a deviation).
         encoder_ffn_dim / decoder_ffn_dim: inner size d_ff of the position-wise FFN (§3.3, 2048).
         dropout: P_drop, applied to each sub-layer output and to embeddings + positions (§5.4, 0.1).
         attention_dropout: dropout on attention probabilities (not in the paper; 0).
@@ -60,6 +70,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_layers: int = 6
     encoder_attention_heads: int = 8
     decoder_attention_heads: int = 8
+    head_dim: int | None = None
     encoder_ffn_dim: int = 2048
     decoder_ffn_dim: int = 2048
     dropout: float | int = 0.1
@@ -136,12 +147,26 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 fail(field, f"it must be an int, got {type(value).__name__}", "Pass a whole number such as 512.")
             if value <= 0:
                 fail(field, "it must be a positive integer", "Use a size of at least 1.")
+        if self.head_dim is not None:  # d_k = d_v; None: d_model / heads
+            if not isinstance(self.head_dim, int) or isinstance(self.head_dim, bool):
+                fail(
+                    "head_dim",
+                    f"it must be an int or None, got {type(self.head_dim).__name__}",
+                    "Pass a whole number such as 64, or None for d_model / heads.",
+                )
+            if self.head_dim <= 0:
+                fail(
+                    "head_dim",
+                    "it must be a positive integer or None",
+                    "Use a head size of at least 1, or None for d_model / heads.",
+                )
         for field in ("encoder_attention_heads", "decoder_attention_heads"):
-            if self.d_model % getattr(self, field) != 0:
+            if self.head_dim is None and self.d_model % getattr(self, field) != 0:
                 fail(
                     field,
-                    f"d_model ({self.d_model}) must be divisible by the number of heads",
-                    "Choose a head count that divides d_model (the paper: d_model=512 with 8 heads).",
+                    f"d_model ({self.d_model}) must be divisible by the number of heads when head_dim is None "
+                    f"(d_k = d_model / h)",
+                    "Choose a head count that divides d_model (the paper: d_model=512 with 8 heads), or set head_dim.",
                 )
         for field in ("dropout", "attention_dropout", "activation_dropout", "layer_norm_eps"):
             if not isinstance(getattr(self, field), (int, float)) or isinstance(getattr(self, field), bool):

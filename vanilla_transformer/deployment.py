@@ -77,6 +77,7 @@ _EXPORTED_FIELDS = {
     "decoder_layers": "TransformerDecoderSpec(num_layers)",
     "encoder_attention_heads": "TransformerEncoderSpec(num_heads)",
     "decoder_attention_heads": "TransformerDecoderSpec(num_heads)",
+    "head_dim": "TransformerEncoderSpec / TransformerDecoderSpec(head_dim), when set (None: d_model / heads)",
     "encoder_ffn_dim": "the weight shapes",
     "decoder_ffn_dim": "the weight shapes",
     "max_position_embeddings": "the position table (learned), or the default length of the sinusoid table",
@@ -131,11 +132,11 @@ class VanillaTransformerConverter(Converter):
         config = self.model.config
         encoder = transformer_spec.TransformerEncoderSpec(
             config.encoder_layers, config.encoder_attention_heads, pre_norm=config.norm_first,
-            activation=common_spec.Activation.RELU,
+            activation=common_spec.Activation.RELU, head_dim=config.head_dim,
         )  # fmt: skip
         decoder = transformer_spec.TransformerDecoderSpec(
             config.decoder_layers, config.decoder_attention_heads, pre_norm=config.norm_first,
-            activation=common_spec.Activation.RELU,
+            activation=common_spec.Activation.RELU, head_dim=config.head_dim,
         )  # fmt: skip
         spec = transformer_spec.TransformerSpec(encoder, decoder)
         model = self.model.model

@@ -135,8 +135,9 @@ class Explorer:
         """One line (markdown) about the model in ``folder``: its sizes and decoding defaults."""
         model, tokenizer = self.load(folder)
         c, g = model.config, model.generation_config
+        heads = f"{c.encoder_attention_heads} heads" + (f" of size {c.head_dim}" if c.head_dim else "")  # else d_model / heads
         return (f"**Model** `{str(folder).strip()}`: {c.encoder_layers} encoder and {c.decoder_layers} "
-                f"decoder layers, {c.encoder_attention_heads} heads, d_model {c.d_model}, vocabulary {c.vocab_size:,} "
+                f"decoder layers, {heads}, d_model {c.d_model}, vocabulary {c.vocab_size:,} "
                 f"sub-words. Its decoding: beam {g.num_beams}, length penalty α = {g.length_penalty:g}.")  # fmt: skip
 
     def layers(self, folder: str | os.PathLike) -> list[int]:

@@ -142,28 +142,37 @@ def eager_attention_forward(
 # --------------------------------------------------------------------------------------------
 # §3.2.2 Multi-head attention:  Concat(head_1, …, head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 # --------------------------------------------------------------------------------------------
+def attention_head_size(config: VanillaTransformerConfig, num_heads: int) -> int:
+    """d_k = d_v of one head: ``config.head_dim`` when set, else the paper's d_model / h (§3.2.2)."""
+    return config.head_dim or config.d_model // num_heads
+
+
 class VanillaTransformerAttention(nn.Module):
     """Multi-head attention used three ways (§3.2.3): encoder self-attention, masked decoder
     self-attention (``is_causal=True``) and encoder–decoder attention (``key_value_states`` given).
 
-    The h per-head projections are stored as one ``d_model × d_model`` matrix each for Q, K, V.
-    The projections carry biases, as in Marian, fairseq and tensor2tensor's reference code.
+    The h per-head projections W_i^Q, W_i^K, W_i^V (each d_model × d_k) are stored side by side as one
+    ``d_model × h·d_k`` matrix each for Q, K, V, and W^O as one ``h·d_k × d_model`` matrix. With the
+    paper's d_k = d_v = d_model / h all four are ``d_model × d_model``; ``config.head_dim`` sets
+    d_k = d_v, with h fixed. The projections carry biases, as in Marian, fairseq and tensor2tensor's
+    reference code.
     """
 
     def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool = False, layer_idx: int = 0):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
-        self.head_dim = config.d_model // num_heads  # d_k = d_v = d_model / h
+        self.head_dim = attention_head_size(config, num_heads)  # d_k = d_v (the paper: d_model / h)
         self.scaling = self.head_dim**-0.5  # 1 / √d_k
         self.dropout = config.attention_dropout
         # SDPA reads this attribute when it gets no mask; it must be False outside decoder self-attention.
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.out_proj = nn.Linear(config.d_model, config.d_model)
+        heads_width = num_heads * self.head_dim  # h·d_k: d_model in the paper
+        self.q_proj = nn.Linear(config.d_model, heads_width)
+        self.k_proj = nn.Linear(config.d_model, heads_width)
+        self.v_proj = nn.Linear(config.d_model, heads_width)
+        self.out_proj = nn.Linear(heads_width, config.d_model)
 
     def forward(
         self,
@@ -213,7 +222,7 @@ class VanillaTransformerAttention(nn.Module):
             dropout=self.dropout if self.training else 0.0,
             scaling=self.scaling,
         )
-        output = output.reshape(batch, q_len, -1).contiguous()  # Concat(head_1, …, head_h): [B, T_q, d_model]
+        output = output.reshape(batch, q_len, -1).contiguous()  # Concat(head_1, …, head_h): [B, T_q, h·d_v]
         return self.out_proj(output), weights  # · W^O
 
 
@@ -877,14 +886,17 @@ def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow: int | None 
 
 def _check_flex_head_size(config: VanillaTransformerConfig, device: torch.device) -> None:
     """torch 2.13's flex attention kernel for CPUs gave wrong (at times NaN) outputs for head sizes 8 and 16
-    and exact ones from 32 on (tests/test_modeling.py): refuse the sizes below 32 there."""
+    and exact ones from 32 on (tests/test_modeling.py): refuse the sizes below 32 there. The head size is the
+    attention's own (``head_dim``, or d_model / heads), the smaller of the two stacks'."""
     if config._attn_implementation != "flex_attention" or device.type != "cpu":
         return
-    head_size = config.d_model // max(config.encoder_attention_heads, config.decoder_attention_heads)
+    heads = (config.encoder_attention_heads, config.decoder_attention_heads)
+    head_size = min(attention_head_size(config, h) for h in heads)
     if head_size < 32:
+        source = f"head_dim={config.head_dim}" if config.head_dim else "d_model / heads"
         raise ValueError(
-            f"flex_attention on a CPU needs a head size of at least 32 (d_model / heads), this model has head size "
-            f"{head_size}: torch's CPU kernel gave wrong outputs for smaller heads. Use attn_implementation='sdpa' "
+            f"flex_attention on a CPU needs a head size of at least 32, this model has head size {head_size} "
+            f"({source}): torch's CPU kernel gave wrong outputs for smaller heads. Use attn_implementation='sdpa' "
             f"or 'eager', or run on a GPU."
         )
 
