@@ -10,19 +10,21 @@ number of optimizer steps, scored on the validation set, beside the base model's
 
 The recipe is benchmarks/multi30k.py's (token-bucketed batches of 2,500 padded tokens per side, Adam
 0.9/0.98/1e-9, 300 warm-up steps then inverse square root at lr_factor 0.3, label smoothing 0.1, dropout 0.3)
-in one process with every CPU thread and in float32, so that a row's numbers do not depend on the machine's
-bf16 support. Every row trains for STEPS optimizer steps (the paper: 100K for each row) from the same seed,
-with one joint BPE vocabulary shared by all rows, and is scored on `val` (the paper scores Table 3 on a dev
-set): perplexity per target token (unsmoothed, teacher-forced) and sacreBLEU with beam 4, alpha 0.6, at most
-source + 50 tokens, on the last weights, without checkpoint averaging (as the paper's Table 3). The base row
-also scores the average of its last 5 checkpoints (saved every 50 steps): the row "X-averaged".
+in one process (every CPU thread unless OMP_NUM_THREADS says fewer) and in float32, so that a row's numbers do
+not depend on the machine's bf16 support. Every row trains for STEPS optimizer steps (the paper: 100K for each
+row) from the same seed, with one joint BPE vocabulary shared by all rows, and is scored on `val` (the paper
+scores Table 3 on a dev set): perplexity per target token (unsmoothed, teacher-forced) and sacreBLEU with beam
+4, alpha 0.6, at most source + 50 tokens, on the last weights, without checkpoint averaging (as the paper's
+Table 3). The base row also scores the average of its last 5 checkpoints (saved every 50 steps): the row
+"X-averaged".
 
 How the paper's changes map onto this project's base (d_model 256, N=3, h=4, d_k=64, d_ff 1024, P_drop 0.3),
 the paper's base being d_model 512, N=6, h=8, d_k=64, d_ff 2048, P_drop 0.1:
   (A) heads with h*d_k = d_model: the paper's h = 1/4/16/32 are 1/8, 1/2, 2x and 4x its 8 heads; here
       h = 1 (one head, as the paper's first row), 2, 8, 16, with d_k = 256/128/32/16.
   (B) d_k 16 and 32 with h fixed: the same fractions (1/4, 1/2) of the base's d_k of 64, here with h = 4
-      (the config's head_dim; the attention then has h*d_k < d_model).
+      (the config's head_dim; the attention then has h*d_k < d_model). head_dim sets d_k and d_v together,
+      where the paper's row (B) kept d_v = 64: its attention outputs lose width here, not in the paper.
   (C) depth: the paper's N = 2/4/8 around 6; here N = 1/2/6 around 3. Width: d_model x1/2 and x2 with h fixed
       (d_k follows), as the paper's 256/1024; d_ff x1/2 and x2, as the paper's 1024/4096.
   (D) dropout: the paper's 0.0 and 0.2 around 0.1 are "none" and "more"; here 0.0 and 0.5 around 0.3, plus 0.1.

@@ -203,10 +203,10 @@ def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_
     monkeypatch.undo()
     capsys.readouterr()
 
-    results = table3.main([*args, "--rows", "base", "A-h1", "X-untied"])
+    results = table3.main([*args, "--rows", "base", "A-h1", "B-dk16", "X-untied"])
     assert "resumed from checkpoint-4 (step 4" in capsys.readouterr().out
     runs = {(r["row"], r["seed"]): r for r in results["runs"]}
-    assert set(runs) == {("base", 0), ("base", 1), ("base", 2), ("A-h1", 0), ("X-untied", 0)}
+    assert set(runs) == {("base", 0), ("base", 1), ("base", 2), ("A-h1", 0), ("B-dk16", 0), ("X-untied", 0)}
     saved = json.loads((tmp_path / "out" / "table3.json").read_text())
     assert saved["runs"] == results["runs"] and saved["steps"] == 6
     base, untied, one_head = runs["base", 0], runs["X-untied", 0], runs["A-h1", 0]
@@ -222,11 +222,16 @@ def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_
     assert one_head["settings"]["encoder_attention_heads"] == 1 and one_head["params"] == base["params"]
     d_model, vocab = base["settings"]["d_model"], table3.SMOKE["vocab_size"]
     assert untied["params"] - base["params"] == 2 * vocab * d_model
+    # d_k = d_v = d_model / h / 4: each of the 3N attention modules has Q, K, V, O (and biases) of width h*d_k
+    small_heads, layers = runs["B-dk16", 0], base["settings"]["encoder_layers"]
+    width = small_heads["settings"]["head_dim"] * small_heads["settings"]["encoder_attention_heads"]
+    assert width == d_model // 4
+    assert base["params"] - small_heads["params"] == 3 * layers * (d_model - width) * (4 * d_model + 3)
     table = (tmp_path / "out" / "table3.md").read_text()
-    assert all(f"| {key} |" in table for key in ("base", "A-h1", "X-untied", "X-averaged"))
+    assert all(f"| {key} |" in table for key in ("base", "A-h1", "B-dk16", "X-untied", "X-averaged"))
     assert (tmp_path / "out" / "table3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    again = table3.main([*args, "--rows", "base", "A-h1", "X-untied"])  # everything recorded: nothing trains
+    again = table3.main([*args, "--rows", "base", "A-h1", "B-dk16", "X-untied"])  # everything recorded: nothing trains
     assert "0 run(s) to do" in capsys.readouterr().out and again["runs"] == results["runs"]
     with pytest.raises(SystemExit):  # rows of 6 steps are not mixed with rows of the default step count
         table3.main(["--report", "--output", str(tmp_path / "out")])
