@@ -339,6 +339,12 @@ def verdict(runs: list[dict], expected: dict[tuple[str, str], str]) -> str:
     return f"not resolved, inside the noise band ({details})"
 
 
+def describe_layout(layout: dict) -> str:
+    threads, precision = layout["threads"], layout["mixed_precision"]
+    return (f"{layout['processes']} process x {threads} thread{'s' if threads > 1 else ''}, {layout['cpus']} CPUs "
+            f"({layout['processor']}), {'float32' if precision == 'no' else precision}")  # fmt: skip
+
+
 def report(results: dict, out: Path, picture: bool = True) -> str:
     """Write table3.md (and table3.png) from the results file's content; returns the Markdown."""
     runs, base = results["runs"], results.get("base_settings", BASE)
@@ -392,25 +398,29 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
             "—" if paper[2] is None else f"{paper[2]}M",
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    lines += ["", "## The paper's conclusions at this scale", ""]
+    lines += ["", "## The paper's conclusions at this scale", "",
+              f"Every row stops after {steps} steps, far from converged (the paper trains each row 100K steps): a "
+              "verdict says where a variation stands after this budget, where how fast it learns counts, not where "
+              "it would end.", ""]  # fmt: skip
     lines += [f"- {text}: {verdict(runs, expected)}" for text, expected in CLAIMS]
     for key, what in (("X-pre-ln", "pre-LN"), ("X-no-scale", "no √d_model embedding scale"),
                       ("X-untied", "untied embeddings"), ("X-averaged", "checkpoint averaging (base seeds)")):  # fmt: skip
         values = row_values(runs, key, "bleu")
         if values and bleu_band and bleu_band["n"] >= 2:
-            line = f"- beyond the paper, {what}: BLEU {statistics.fmean(values):.2f}, {position(statistics.fmean(values), bleu_band)} the base band"
+            mean = statistics.fmean(values)
+            line = f"- beyond the paper, {what}: BLEU {mean:.2f}, {position(mean, bleu_band)} the base band"
             if key == "X-averaged":
                 gains = [r["averaged"]["bleu"] - r["val"]["bleu"] for r in runs if r["row"] == "base" and "averaged" in r]
                 line += "; per seed, averaging changed BLEU by " + ", ".join(f"{g:+.2f}" for g in gains)
             lines.append(line)
     signatures = sorted({r["val"]["bleu_signature"] for r in runs})
     lines += ["", f"sacreBLEU signature: `{'`, `'.join(signatures)}`.", ""]
-    layouts = sorted({f"{r['layout']['processes']} process x {r['layout']['threads']} threads, "
-                      f"{r['layout']['cpus']} CPUs ({r['layout']['processor']}), "
-                      f"{'float32' if r['layout']['mixed_precision'] == 'no' else r['layout']['mixed_precision']}"
-                      for r in runs})  # fmt: skip
-    lines += [f"Process layout: {'; '.join(layouts)}. Train minutes are the training loop's wall-clock; the load "
-              f"average before and after each row is in `table3.json` (a row trained beside other work is slower).", ""]  # fmt: skip
+    layouts: dict[str, list[str]] = {}
+    for r in runs:
+        layouts.setdefault(describe_layout(r["layout"]), []).append(f"{r['row']} seed {r['seed']}")
+    lines += ["Process layouts (train minutes are the training loop's wall-clock, which depends on them and on other "
+              "work beside the row; each row's load average before and after is in `table3.json`):", ""]  # fmt: skip
+    lines += [f"- {layout}: {', '.join(rows)}" for layout, rows in layouts.items()] + [""]
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table3.md").write_text(text)
@@ -432,7 +442,7 @@ def draw(runs: list[dict], path: Path, steps: int, base: dict) -> None:
                               (axes[1], "ppl", "perplexity (val), lower is better")):  # fmt: skip
         band = base_band(runs, metric)
         if band is not None:
-            ax.axvspan(band["min"], band["max"], color="0.85", label=f"base, {band['n']} seeds (min–max)")
+            ax.axvspan(band["min"], band["max"], color="0.85")
             ax.axvline(band["mean"], color="0.5", lw=0.8)
         for y, key in enumerate(keys):
             values = row_values(runs, key, metric)
@@ -445,8 +455,10 @@ def draw(runs: list[dict], path: Path, steps: int, base: dict) -> None:
     labels = [f"{key}  ({describe_change(ROW_BY_KEY[key], base)})" if key != "base" else key for key in keys]
     axes[0].set_yticks(range(len(keys)), labels, fontsize=8)
     axes[0].invert_yaxis()
-    axes[0].legend(loc="lower left", fontsize=8)
-    fig.suptitle(f"Table 3 rerun, Multi30k de→en, {steps} steps a row: green better / red worse than the base band")
+    seeds = sum(r["row"] == "base" for r in runs)
+    fig.suptitle(f"Table 3 rerun, Multi30k de→en, {steps} steps a row, one dot per seed\n"
+                 f"shaded: the base row's {seeds} seeds (min–max), line: their mean; "
+                 f"green better / red worse than that band", fontsize=10)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
