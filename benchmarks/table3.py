@@ -323,20 +323,25 @@ CLAIMS = [
 
 
 def verdict(runs: list[dict], expected: dict[tuple[str, str], str]) -> str:
-    """"held" when every row is where the paper says, "did not hold" when one lies outside the band on the
-    other side, otherwise "not resolved" (inside the noise band); "not run yet" without its rows."""
-    found = {}
+    """Row by row, whether the paper's prediction held: "held" when every row is where the paper says, "did not
+    hold" when none is and one lies outside the band on the other side, "held in part" when some are and some
+    are not, "not resolved" when every row is inside the noise band; "not run yet" without its rows."""
+    outcomes: dict[str, list[str]] = {"held": [], "did not hold": [], "inside the band": []}
     for (key, metric), direction in expected.items():
         values, band = row_values(runs, key, metric), base_band(runs, metric)
         if not values or band is None or band["n"] < 2:
             return "not run yet"
-        found[key, metric] = position(statistics.fmean(values), band)
-    details = ", ".join(f"{key} {'PPL' if metric == 'ppl' else 'BLEU'} {where}" for (key, metric), where in found.items())
-    if all(found[k] == d for k, d in expected.items()):
-        return f"**held** ({details})"
-    if any(found[k] != "inside" and found[k] != d for k, d in expected.items()):
-        return f"**did not hold** ({details})"
-    return f"not resolved, inside the noise band ({details})"
+        where = position(statistics.fmean(values), band)
+        outcome = "held" if where == direction else "inside the band" if where == "inside" else "did not hold"
+        outcomes[outcome].append(f"{key} {'PPL' if metric == 'ppl' else 'BLEU'} {where}")
+    held, against, inside = outcomes.values()
+    if not against and not inside:
+        return f"**held** ({', '.join(held)})"
+    if not held and not against:
+        return f"not resolved, inside the noise band ({', '.join(inside)})"
+    if not held:
+        return f"**did not hold** ({', '.join(against + inside)})"
+    return "**held in part** (" + "; ".join(f"{k}: {', '.join(v)}" for k, v in outcomes.items() if v) + ")"
 
 
 def describe_layout(layout: dict) -> str:
@@ -357,7 +362,7 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
         "how the paper's rows map onto this project's base. PPL: perplexity per target token on `val` (unsmoothed);",
         "BLEU: sacreBLEU on `val`, beam 4, last weights (no checkpoint averaging, as the paper's Table 3). A row",
         "with several seeds shows mean (min–max). *band*: where the row's BLEU / PPL mean lies against the base",
-        "row's seeds (min–max); one seed a row, so a row inside the band is not distinguishable from noise.",
+        "row's seeds (min–max); a row with one seed inside the band is not distinguishable from noise.",
         "",
     ]
     if bleu_band and bleu_band["n"] < 2:
