@@ -1,6 +1,8 @@
 """Shared helpers for the test suite: tiny configurations and random batches."""
 
 import gzip
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,24 @@ def corpus(tmp_path_factory) -> Path:
                 lines = [next(f) for _ in range(n)]
             (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
     return folder
+
+
+def run_processes(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run(command)`` with its output captured; past ``timeout`` seconds the command and every
+    process under it are killed (torchrun starts its workers in sessions of their own, and a plain
+    ``subprocess.run(timeout=)`` would then wait on their open pipes) and the test fails with their output."""
+    import psutil
+
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        parent = psutil.Process(process.pid)
+        for child in [*parent.children(recursive=True), parent]:
+            try:
+                child.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        out, err = process.communicate()
+        pytest.fail(f"{' '.join(command[:6])} ... did not finish in {timeout:g} s:\n{err[-4000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

@@ -117,12 +117,14 @@ def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, t
     assert (tmp_path / "out" / "bf16-vs-fp32.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.timeout(400)
 def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(corpus, tmp_path):
     """benchmarks/multi30k.py end to end on a Multi30k-shaped folder cut from the bundled corpus: it starts itself
     again as 2 torchrun processes, both stop at the same step of a 3-second budget (no hang), and the row it
     writes rebuilds the TrainConfig each process trained with, for the model card."""
     import os
-    import subprocess
+
+    from conftest import run_processes
 
     sys.path.insert(0, str(ROOT / "scripts"))
     import make_model_cards
@@ -137,7 +139,7 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, str(ROOT / "benchmarks" / "multi30k.py"), "--minutes", "0.05", "--directions", "de-en",
                "--data", str(data), "--output-root", str(tmp_path / "out"), "--results-dir", str(tmp_path / "results")]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = run_processes(command, env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "results" / "multi30k-0.05min.json").read_text())
     (row,) = report["results"]

@@ -6,13 +6,12 @@ import math
 import os
 import re
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_ids, tiny_model
+from conftest import random_ids, run_processes, tiny_model
 from safetensors.torch import load_file
 
 from vanilla_transformer.checkpoints import TIED_WEIGHTS_WARNING, list_checkpoints
@@ -226,27 +225,26 @@ def test_missing_corpus_fails_before_training(tmp_path):
 
 
 # ------------------------------------------------------------------ data parallel
-def test_the_wall_clock_budget_is_decided_by_all_processes_together():
+def test_the_wall_clock_budget_is_decided_by_all_processes_together(monkeypatch):
     """With several processes, one whose clock is past the budget stops them all at the same step (a process
     stopping alone would leave the others waiting for it forever in the next gradient all-reduce)."""
     import time
 
+    from vanilla_transformer import distributed
     from vanilla_transformer.training import _past_deadline
 
-    class TwoProcesses:  # the other process's flag is `others`; reduce("sum") adds it, as gloo would
+    class TwoProcesses:
         num_processes, device = 2, torch.device("cpu")
 
-        def __init__(self, others: float):
-            self.others = others
-
-        def reduce(self, tensor, reduction):
-            assert reduction == "sum"
-            return tensor + self.others
+    def other_process_adds(others: float):  # the all-reduce, as gloo would sum this process's flag and the other's
+        monkeypatch.setattr(distributed, "sum_over_processes", lambda accelerator, tensor: tensor.add_(others))
 
     future, past = time.monotonic() + 3600, time.monotonic() - 1
-    assert _past_deadline(future, TwoProcesses(others=1.0))  # only the other process is late: stop here too
-    assert _past_deadline(past, TwoProcesses(others=0.0))
-    assert not _past_deadline(future, TwoProcesses(others=0.0))
+    other_process_adds(1.0)
+    assert _past_deadline(future, TwoProcesses())  # only the other process is late: stop here too
+    other_process_adds(0.0)
+    assert _past_deadline(past, TwoProcesses())
+    assert not _past_deadline(future, TwoProcesses())
 
 
 def _free_port() -> str:
@@ -256,19 +254,20 @@ def _free_port() -> str:
         return str(probe.getsockname()[1])
 
 
+@pytest.mark.timeout(600)
 def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
     common = ["--data", str(corpus), "--vocab-size", "400", "--model-json", json.dumps({**TINY_MODEL, "dropout": 0.0}),
               "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval-every", "1000",
               "--save-every", "4", "--eval-bleu-sentences", "0", "--seed", "3", "--no-progress"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     # the tokenizer is trained once and shared, so both runs see identical ids
-    one = subprocess.run([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "2",
-                          "--output-dir", str(tmp_path / "one")], env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    one = run_processes([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "2",
+                         "--output-dir", str(tmp_path / "one")], env, timeout=240)  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
-                          "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "1",
-                          "--tokenizer", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
-                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    two = run_processes([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
+                         "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "1",
+                         "--tokenizer", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
+                        env, timeout=240)  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]
     a = load_file(tmp_path / "one" / "checkpoints" / "checkpoint-4" / "model.safetensors")
     b = load_file(tmp_path / "two" / "checkpoints" / "checkpoint-4" / "model.safetensors")

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from .distributed import any_process, on_main_process
+
 __all__ = [
     "average_checkpoints",
     "average_into_model",
@@ -287,30 +289,34 @@ def save_checkpoint(accelerator: Any, checkpoint_dir: Path, state: dict, keep: i
 
     A process killed at any moment leaves the previous checkpoints complete (tested with SIGKILL in
     ``benchmarks/kill_resume.py``). A failed write (for example a full disk) removes the half-written
-    folder and raises an ``OSError`` that names the newest complete checkpoint.
+    folder and raises an ``OSError`` that names the newest complete checkpoint. With several processes,
+    every process enters the same collectives whatever happens, and all of them raise if any write failed
+    (see :mod:`~vanilla_transformer.distributed`).
     """
     final = checkpoint_dir / f"{CHECKPOINT_PREFIX}{state['step']}"
     tmp = checkpoint_dir / f".tmp-{final.name}"
-    if accelerator.is_main_process:
+
+    def clear() -> None:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    accelerator.wait_for_everyone()
+
+    on_main_process(accelerator, f"preparing {tmp}", clear)
+    error = None
     try:
         with tied_weights_warning_silenced():
-            accelerator.save_state(str(tmp))
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
+            accelerator.save_state(str(tmp))  # every process writes its own RNG states
+    except OSError as caught:
+        error = caught
+    if any_process(accelerator, error is not None):
+        on_main_process(accelerator, f"removing {tmp}", lambda: shutil.rmtree(tmp, ignore_errors=True))
+        raise _write_failed(final, checkpoint_dir, error) from error
+
+    def complete() -> None:
+        try:
             write_json_atomically(tmp / STATE_FILE, state)
-    except OSError as error:
-        shutil.rmtree(tmp, ignore_errors=True)
-        previous = list_checkpoints(checkpoint_dir)
-        kept = f"the newest complete checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
-        raise OSError(
-            error.errno,
-            f"Writing checkpoint {final.name} failed ({error.strerror or error}); the half-written folder was removed "
-            f"and {kept}. Free disk space (or lower keep_checkpoints) and rerun with --resume.",
-        ) from error
-    if accelerator.is_main_process:
+        except OSError as caught:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise _write_failed(final, checkpoint_dir, caught) from caught
         _fsync_files(tmp)  # the data reach the disk before the rename does (a power cut, not only a kill)
         if final.exists():  # same step saved again (e.g. after a resume): replace it
             _delete_atomically(final)
@@ -318,8 +324,20 @@ def save_checkpoint(accelerator: Any, checkpoint_dir: Path, state: dict, keep: i
         _fsync_dir(checkpoint_dir)
         for old in list_checkpoints(checkpoint_dir)[:-keep]:
             _delete_atomically(old)
-    accelerator.wait_for_everyone()
+
+    on_main_process(accelerator, f"completing {final}", complete)
     return final
+
+
+def _write_failed(final: Path, checkpoint_dir: Path, error: OSError | None) -> OSError:
+    previous = list_checkpoints(checkpoint_dir)
+    kept = f"the newest complete checkpoint, {previous[-1]}, is intact" if previous else "no earlier checkpoint exists"
+    reason = (error.strerror or str(error)) if error is not None else "on another process; its message says why"
+    return OSError(
+        getattr(error, "errno", None),
+        f"Writing checkpoint {final.name} failed ({reason}); the half-written folder was removed "
+        f"and {kept}. Free disk space (or lower keep_checkpoints) and rerun with --resume.",
+    )
 
 
 #: What accelerate says at every save of a model with tied weights (logger ``accelerate.utils.other``).

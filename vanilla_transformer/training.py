@@ -41,6 +41,7 @@ from .checkpoints import (
     write_json_atomically,
 )
 from .data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus
+from .distributed import agree, any_process, on_main_process, sum_over_processes, test_delay
 from .evaluation import evaluate_model, score, translate
 from .loading import load_model, load_tokenizer, new_model
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -65,6 +66,7 @@ class _Split:
 
 def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
     """Load the corpus, get the tokenizer (load or train the joint BPE), tokenise, drop over-long pairs."""
+    test_delay("data", accelerator.process_index)
     corpus = load_parallel_corpus(config.data, config.src_lang, config.tgt_lang, hub_config=config.hub_config)
     for needed in (config.train_split, config.valid_split):
         if needed not in corpus:
@@ -73,17 +75,20 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
                 f"Set train_split / valid_split to existing ones."
             )
     tokenizer_dir = output_dir / "tokenizer"
+    test_delay("tokenizer", accelerator.process_index)
     if config.tokenizer is not None:
         tokenizer = load_tokenizer(config.tokenizer)
-    elif (tokenizer_dir / "tokenizer.json").is_file():  # resuming: the run's own tokenizer
-        tokenizer = load_tokenizer(tokenizer_dir)
     else:
-        with accelerator.main_process_first():
-            if accelerator.is_main_process:
+        # Only the main process looks at the disk: it trains the BPE unless the run already has one (a resume),
+        # while every other process waits for it, whatever it would see in the folder itself.
+        def train_tokenizer_unless_there() -> None:
+            if not (tokenizer_dir / "tokenizer.json").is_file():
                 train = corpus[config.train_split]
                 texts = (text for pair in zip(train["source"], train["target"]) for text in pair)
                 bpe = train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False)
                 save_folder_atomically(tokenizer_dir, lambda folder: save_tokenizer(bpe, folder))
+
+        on_main_process(accelerator, "training the tokenizer", train_tokenizer_unless_there)
         tokenizer = load_tokenizer(tokenizer_dir)
 
     splits, dropped = {}, {}
@@ -141,7 +146,7 @@ def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad
         with accelerator.autocast():
             smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
         totals += torch.stack([smoothed.double(), nll.double(), (batch["labels"] != -100).sum().double()])
-    totals = accelerator.reduce(totals, "sum")  # (padding batches repeated on some ranks count twice: negligible)
+    totals = sum_over_processes(accelerator, totals)  # (padding batches repeated on some ranks count twice: negligible)
     model.train()
     loss, nll = (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
     return {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50))}
@@ -214,7 +219,9 @@ def train(config: TrainConfig) -> dict:
     log(f"{accelerator.num_processes} process(es) on {accelerator.device}, mixed precision {config.mixed_precision}")
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-    existing = list_checkpoints(checkpoint_dir)
+    test_delay("checkpoints", accelerator.process_index)
+    # What the main process finds on disk, for all: a process that looked itself could see another's new files.
+    existing = [checkpoint_dir / name for name in agree(accelerator, [p.name for p in list_checkpoints(checkpoint_dir)])]
     if existing and not config.resume:
         raise ValueError(
             f"{checkpoint_dir} already holds checkpoints ({existing[-1].name}); pass --resume to continue that run "
@@ -267,12 +274,15 @@ def train(config: TrainConfig) -> dict:
 
     state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "target_tokens": 0, "loop_seconds": 0.0, "history": []}
     if config.resume:
-        for broken in incomplete_checkpoints(checkpoint_dir):
-            what = "a deletion" if broken.name.startswith(".tmp-deleting-") else "a save"
-            log(f"ignoring incomplete checkpoint {broken.name} ({what} was interrupted); deleting it")
-            if accelerator.is_main_process:
+        def remove_incomplete() -> None:
+            for broken in incomplete_checkpoints(checkpoint_dir):
+                what = "a deletion" if broken.name.startswith(".tmp-deleting-") else "a save"
+                log(f"ignoring incomplete checkpoint {broken.name} ({what} was interrupted); deleting it")
                 shutil.rmtree(broken, ignore_errors=True)
+
+        on_main_process(accelerator, "removing incomplete checkpoints", remove_incomplete)
         if existing:
+            test_delay("resume", accelerator.process_index)
             _check_resume_compatible(existing[-1], accelerator.unwrap_model(model))
             accelerator.load_state(str(existing[-1]))
             state = json.loads((existing[-1] / STATE_FILE).read_text())
@@ -297,13 +307,14 @@ def train(config: TrainConfig) -> dict:
         if batches_epoch != state["epoch"]:  # this process's batches of the epoch, in the epoch's order
             sampler.set_epoch(state["epoch"])
             epoch_batches, batches_epoch = list(sampler), state["epoch"]
+        test_delay("step", accelerator.process_index)
         k, accumulation = state["step_in_epoch"], config.gradient_accumulation
         micro = [_collate(train_split, indices, pad_id) for indices in epoch_batches[k * accumulation : (k + 1) * accumulation]]
         # Normalise by the target tokens of the whole global batch (all micro-batches, all processes), so
         # the update does not depend on how the batch is split; DDP averages over processes, hence the
         # factor num_processes.
         local_tokens = torch.tensor(sum(int((b["labels"] != -100).sum()) for b in micro), device=accelerator.device)
-        global_tokens = accelerator.reduce(local_tokens, "sum").item()
+        global_tokens = sum_over_processes(accelerator, local_tokens).item()
         for i, batch in enumerate(micro):
             batch = {key: value.to(accelerator.device) for key, value in batch.items()}
             with accelerator.no_sync(model) if i < len(micro) - 1 else nullcontext():
@@ -311,7 +322,8 @@ def train(config: TrainConfig) -> dict:
                     smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
                 accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
             window += torch.tensor([smoothed.item(), nll.item(), float((batch["labels"] != -100).sum())])
-        if not math.isfinite(window[0].item()):  # stop before the update: no bad weights reach a checkpoint
+        # stop before the update, all processes together: no bad weights reach a checkpoint
+        if any_process(accelerator, not math.isfinite(window[0].item())):
             newest = (list_checkpoints(checkpoint_dir) or [None])[-1]
             kept = f"the newest checkpoint, {newest}, is from before it" if newest else "no checkpoint was written yet"
             raise FloatingPointError(
@@ -346,6 +358,7 @@ def train(config: TrainConfig) -> dict:
             window.zero_()
             bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}")
         if state["step"] % config.eval_every == 0 or stop_reason:
+            test_delay("evaluate", accelerator.process_index)
             record = {**(record or {"step": state["step"]}), **_validation_loss(model, valid_split, config, accelerator, pad_id)}
             record.update(_validation_bleu(model, tokenizer, valid_split, config, accelerator))
             if config.attention_pictures is not None and accelerator.is_main_process:
@@ -356,9 +369,11 @@ def train(config: TrainConfig) -> dict:
             if config.log_with:
                 accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=state["step"])
         if state["step"] % config.save_every == 0 or stop_reason:
+            test_delay("save", accelerator.process_index)
             save_checkpoint(accelerator, checkpoint_dir, state, config.keep_checkpoints)
     bar.close()
     train_seconds = time.monotonic() - start_time
+    test_delay("finish", accelerator.process_index)
     summary = _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir, output_dir)
     summary.update(stop_reason=stop_reason, train_seconds=train_seconds, dropped=dropped)
     if accelerator.is_main_process:
@@ -440,10 +455,7 @@ def _has_accelerator() -> bool:
 def _past_deadline(deadline: float, accelerator) -> bool:
     """Whether the wall-clock budget is spent, decided together: processes whose clocks disagree by a step
     would otherwise stop at different steps, and the one still training would wait forever for the others."""
-    late = time.monotonic() > deadline
-    if accelerator.num_processes == 1:
-        return late
-    return accelerator.reduce(torch.tensor(float(late), device=accelerator.device), "sum").item() > 0
+    return any_process(accelerator, time.monotonic() > deadline)
 
 
 def _check_resume_compatible(checkpoint: Path, model) -> None:
@@ -468,32 +480,33 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
     """Average the last checkpoints (§6.1), save the Hub-ready folder, score the test split."""
     summary: dict[str, Any] = {key: state[key] for key in ("step", "epoch", "step_in_epoch", "target_tokens", "loop_seconds")}
     summary["processes"] = accelerator.num_processes
-    if not accelerator.is_main_process:
-        accelerator.wait_for_everyone()
-        return summary
     unwrapped = accelerator.unwrap_model(model)
-    checkpoints = list_checkpoints(checkpoint_dir)[-config.average_last :]
-    if len(checkpoints) > 1:
-        average_into_model(unwrapped, checkpoints)
-    summary["averaged_checkpoints"] = [p.name for p in checkpoints]
-    unwrapped.eval()
-    final_dir = output_dir / "final"
 
-    def write_final(folder: Path) -> None:
-        unwrapped.save_pretrained(folder)
-        match_model_max_length(tokenizer, unwrapped.config)
-        save_tokenizer(tokenizer, folder)
+    def average_save_and_score() -> None:
+        checkpoints = list_checkpoints(checkpoint_dir)[-config.average_last :]
+        if len(checkpoints) > 1:
+            average_into_model(unwrapped, checkpoints)
+        summary["averaged_checkpoints"] = [p.name for p in checkpoints]
+        unwrapped.eval()
+        final_dir = output_dir / "final"
 
-    save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
-    last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
-    summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
-    if config.test_split and config.test_split in splits:
-        test = splits[config.test_split]
-        result = evaluate_model(unwrapped, tokenizer, test.sources, test.targets,
-                                hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.tgt_lang}",
-                                progress=config.progress)  # fmt: skip
-        summary["test"] = {k: result[k] for k in ("bleu", "bleu_signature", "chrf", "chrf_signature", "n", "seconds")}
-    write_model_card(final_dir, config=config, model_config=unwrapped.config, summary=summary)
-    summary["final_dir"] = str(final_dir)
-    accelerator.wait_for_everyone()
+        def write_final(folder: Path) -> None:
+            unwrapped.save_pretrained(folder)
+            match_model_max_length(tokenizer, unwrapped.config)
+            save_tokenizer(tokenizer, folder)
+
+        save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
+        last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
+        summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
+        if config.test_split and config.test_split in splits:
+            test = splits[config.test_split]
+            result = evaluate_model(unwrapped, tokenizer, test.sources, test.targets,
+                                    hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.tgt_lang}",
+                                    progress=config.progress)  # fmt: skip
+            summary["test"] = {k: result[k] for k in ("bleu", "bleu_signature", "chrf", "chrf_signature", "n", "seconds")}
+        write_model_card(final_dir, config=config, model_config=unwrapped.config, summary=summary)
+        summary["final_dir"] = str(final_dir)
+
+    # the other processes wait, and stop with a message if the main process fails
+    on_main_process(accelerator, "averaging checkpoints and saving the final model", average_save_and_score)
     return summary
