@@ -276,3 +276,22 @@ def test_table3_report_lays_out_the_fixture_rows_against_the_base_band(tmp_path)
 def test_table3_band_edges_count_as_inside(value, where):
     assert table3.position(value, {"min": 30.0, "max": 32.0, "n": 3}) == where
     assert table3.position(value, {"min": 30.0, "max": 32.0, "n": 1}) == "?"  # one seed is no band
+
+
+@pytest.mark.timeout(400)
+def test_the_gpu_check_dry_run_runs_every_step_on_the_cpu(tmp_path):
+    """scripts/gpu_check.sh --dry-run: the gpu tests, the throughput comparison, the main job and the CTranslate2
+    comparison, each on the CPU at tiny sizes, so that the GPU check cannot rot between GPU runs."""
+    import os
+
+    from conftest import run_processes
+
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    done = run_processes(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--results-dir", str(tmp_path / "results"),
+                          "--workdir", str(tmp_path / "work")], {**os.environ, "PYTHON": sys.executable}, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "results" / "gpu-check-dry-run.json").read_text())
+    assert [name for name in ("tests", "throughput", "main_job", "ctranslate2") if report[name]["ok"]] == ["tests", "throughput", "main_job", "ctranslate2"]
+    assert any(line.startswith("PASSED") and "no_training_step_waits" in line for line in report["tests"]["outcomes"])
+    assert report["throughput"]["rows"]["ours"]["target_tokens_per_s"] > 0 and report["main_job"]["step"] == 2
+    assert report["ctranslate2"]["identical_outputs"] == report["ctranslate2"]["sentences"]

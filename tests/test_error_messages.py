@@ -220,7 +220,7 @@ CASES = [
     Case("checkpoints", "a config.json of another model_type", _foreign_config, "model_type 'bart'"),
     Case("checkpoints", "resuming with another model size", _resume_with_another_size, "Cannot resume from"),
     # ---------------------------------------------------------------- training health
-    Case("training", "a loss that becomes NaN", _non_finite_loss, "Non-finite training loss at step 2", FloatingPointError),
+    Case("training", "a loss that becomes NaN", _non_finite_loss, "Non-finite training loss in step 2", FloatingPointError),
     Case("training", "a full disk while a checkpoint is written", _disk_full_during_a_checkpoint, "checkpoint-1, is intact", OSError),
     # ---------------------------------------------------------------- command line
     Case("command line", "train --max-tokens 0", lambda d: cli(["train", "--data", str(d), "--max-tokens", "0"]), "max_tokens=0 is out of range"),

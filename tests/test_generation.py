@@ -335,3 +335,24 @@ def test_beam_search_returns_the_cache_of_the_sequences_it_returns(num_return_se
     without = _continue(model, src, mask, first, 4, None)
     assert torch.equal(with_cache.sequences, without.sequences)
     torch.testing.assert_close(with_cache.scores[0], without.scores[0])
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_decoding_step_reads_nothing_back_and_generate_reads_one_value_a_step(num_beams):
+    """Each value read back to the host (``.item()``, ``bool(tensor)``...: ``aten._local_scalar_dense``) would wait for
+    a GPU. The model's forward in a decoding step reads none: generate() checks the ids once per call, and masks are
+    used as given, not read to see whether they could be skipped. What remains is once per call, plus the loop's own
+    question at each step, "is a sentence still running?" (transformers' loop and the in-place beam search alike)."""
+    from test_training import CountReadsBack
+
+    model, source = tiny_model(), random_ids(2, 7)
+    mask = torch.ones_like(source)
+    mask[1, 5:] = 0
+    counter, in_forward, forward_reads = CountReadsBack(), [], []
+    model.register_forward_pre_hook(lambda module, args: in_forward.append(counter.per_step[-1]))
+    model.register_forward_hook(lambda module, args, output: forward_reads.append(counter.per_step[-1] - in_forward.pop()))
+    steps = 10
+    with counter.mode, torch.no_grad():
+        model.generate(source, attention_mask=mask, num_beams=num_beams, max_new_tokens=steps, min_new_tokens=steps)
+    assert len(forward_reads) == steps and forward_reads == [0] * steps
+    assert steps <= counter.per_step[-1] <= steps + 8, counter.per_step

@@ -58,10 +58,13 @@ def test_dropout_add_equals_adding_the_dropped_output():
 
 
 # ------------------------------------------------------------------ label-smoothed cross-entropy (§5.4)
+@pytest.mark.parametrize("compact", [True, False], ids=["ignored-rows-dropped", "ignored-rows-zeroed"])
 @pytest.mark.parametrize("block_columns", [7, 32, 61, 256])
-def test_linear_cross_entropy_in_vocabulary_blocks_equals_cross_entropy(block_columns):
+def test_linear_cross_entropy_in_vocabulary_blocks_equals_cross_entropy(block_columns, compact, monkeypatch):
     """Any block size (uneven last block, one block, a block wider than the vocabulary) gives
-    F.cross_entropy's sums and gradients, ignored labels included, gold ids in every block."""
+    F.cross_entropy's sums and gradients, ignored labels included, gold ids in every block; whether the
+    ignored rows are dropped first (on CPUs) or computed and zeroed (on GPUs, where dropping them would wait)."""
+    monkeypatch.setattr(kernels, "COMPACT_ROWS_ON", ("cpu",) if compact else ())
     torch.manual_seed(0)
     hidden, weight = torch.randn(12, 16, requires_grad=True), torch.randn(61, 16, requires_grad=True)
     targets = torch.tensor([0, 6, 7, 13, 31, 32, 60, -100, 45, 59, -100, 1])

@@ -184,7 +184,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_the_run_res
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_non_finite_loss_stops_the_run_before_the_update_and_keeps_the_last_checkpoint(corpus, tmp_path, monkeypatch):
+def test_a_non_finite_loss_stops_the_run_before_its_next_checkpoint_and_keeps_the_last_one(corpus, tmp_path, monkeypatch):
     from vanilla_transformer import training
 
     real, calls = training._loss_sums, []
@@ -195,7 +195,8 @@ def test_a_non_finite_loss_stops_the_run_before_the_update_and_keeps_the_last_ch
         return (smoothed * float("nan") if len(calls) == 3 else smoothed), nll
 
     monkeypatch.setattr(training, "_loss_sums", poisoned)
-    with pytest.raises(FloatingPointError, match="step 3 .the weights were not updated.; the newest checkpoint.*checkpoint-2"):
+    # found at the next checkpoint (step 4), before it is written: no checkpoint holds the updates of a NaN loss
+    with pytest.raises(FloatingPointError, match="in steps 3-4, found before any checkpoint of it was written; the newest checkpoint.*checkpoint-2"):
         train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2))
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
     monkeypatch.setattr(training, "_loss_sums", real)
@@ -203,6 +204,60 @@ def test_a_non_finite_loss_stops_the_run_before_the_update_and_keeps_the_last_ch
     assert summary["step"] == 6
     weights = load_file(tmp_path / "run" / "final" / "model.safetensors")
     assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+class CountReadsBack:
+    """Counts the values read back from tensors to the host, into the bucket of the current step: ``.item()``,
+    ``bool(tensor)``, ``int(tensor)``... (all dispatch to ``aten._local_scalar_dense``), and the operators whose
+    output size depends on tensor values (``nonzero``, boolean indexing, ``masked_select``, ``repeat_interleave``
+    by a tensor). On a GPU each of them waits for the device to finish its queued work."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter, aten = self, torch.ops.aten
+        reads = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,
+                 aten.repeat_interleave.Tensor}  # fmt: skip
+
+        def boolean_index(func, args) -> bool:
+            return func is aten.index.Tensor and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else [])
+            )
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func in reads or boolean_index(func, args):
+                    counter.per_step[-1] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode, self.per_step = Mode(), [0]  # per_step[0]: before the first step
+
+
+@pytest.mark.parametrize("gradient_accumulation", [1, 2])
+def test_a_training_step_reads_nothing_back_from_the_device_between_logging_steps(corpus, tmp_path, monkeypatch, gradient_accumulation):
+    """The steps that neither log, evaluate nor save read no value back (the losses, token counts and the
+    finiteness check stay on the device until a logging step); scripts/gpu_check.sh checks the same on a GPU
+    with torch.cuda.set_sync_debug_mode("error")."""
+    from vanilla_transformer import kernels_vanilla_transformer, training
+
+    # the loss as it runs on a GPU: a CPU may drop the ignored rows first (it waits for no device to count them)
+    monkeypatch.setattr(kernels_vanilla_transformer, "COMPACT_ROWS_ON", ())
+    counter, real = CountReadsBack(), training.test_delay
+
+    def mark(point, rank):  # called at the start of every step
+        if point == "step":
+            counter.per_step.append(0)
+        real(point, rank)
+
+    monkeypatch.setattr(training, "test_delay", mark)
+    with counter.mode:
+        train(tiny_run(corpus, tmp_path / "run", max_steps=12, log_every=4, eval_every=6, save_every=6,
+                       gradient_accumulation=gradient_accumulation, test_split=None))  # fmt: skip
+    per_step = counter.per_step[1:]  # per_step[k - 1]: from the start of step k to the start of step k + 1
+    assert len(per_step) == 12
+    quiet = [k for k in range(1, 13) if k % 4 and k % 6]
+    assert {k: per_step[k - 1] for k in quiet} == dict.fromkeys(quiet, 0), per_step
+    assert per_step[4 - 1] > 0 and per_step[6 - 1] > 0  # logging and evaluation do read: the counter counts
 
 
 # ------------------------------------------------------------------ bad input, before any training
@@ -237,7 +292,8 @@ def test_the_wall_clock_budget_is_decided_by_all_processes_together(monkeypatch)
         num_processes, device = 2, torch.device("cpu")
 
     def other_process_adds(others: float):  # the all-reduce, as gloo would sum this process's flag and the other's
-        monkeypatch.setattr(distributed, "sum_over_processes", lambda accelerator, tensor: tensor.add_(others))
+        monkeypatch.setattr(distributed, "_control_group", lambda accelerator: None)
+        monkeypatch.setattr(distributed, "_collective", lambda function, tensor, **kwargs: tensor.add_(others))
 
     future, past = time.monotonic() + 3600, time.monotonic() - 1
     other_process_adds(1.0)

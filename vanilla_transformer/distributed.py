@@ -103,38 +103,59 @@ def sum_over_processes(accelerator: Any, tensor: Any) -> Any:
     return tensor
 
 
+_CONTROL_GROUPS: dict = {}
+
+
+def _control_group(accelerator: Any):
+    """The process group for decisions: the default one where it is gloo (CPUs), else a gloo group made once,
+    so that deciding never queues work behind the device's (NCCL's collectives run on the GPU's stream, and
+    reading their result back waits for every step queued before them)."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "gloo":
+        return None
+    key = (dist.get_world_size(), accelerator.process_index)
+    if key not in _CONTROL_GROUPS:  # every process gets here at the same decision: new_group is collective
+        _CONTROL_GROUPS[key] = dist.new_group(backend="gloo")
+    return _CONTROL_GROUPS[key]
+
+
 def agree(accelerator: Any, value: T) -> T:
     """The main process's ``value`` (anything picklable), on every process: a broadcast every process must enter.
 
     Use it for each decision that reads something a process could see differently (the disk, a clock),
-    so that all processes take the same branch. (``torch.distributed.broadcast_object_list`` does the same,
-    but without ``async_op``; see ``_RECENT_WORK``.)
+    so that all processes take the same branch. It travels through host memory (gloo), whatever the device.
+    (``torch.distributed.broadcast_object_list`` does the same, but without ``async_op``; see ``_RECENT_WORK``.)
     """
     if accelerator.num_processes == 1:
         return value
     import torch
     import torch.distributed as dist
 
-    device = accelerator.device  # NCCL broadcasts only tensors on the process's GPU
+    group = _control_group(accelerator)
     if accelerator.is_main_process:
-        payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8).to(device)
-        size = torch.tensor([payload.numel()], dtype=torch.int64, device=device)
+        payload = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
+        size = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
-        size = torch.zeros(1, dtype=torch.int64, device=device)
-    _collective(dist.broadcast, size, src=0)
+        size = torch.zeros(1, dtype=torch.int64)
+    _collective(dist.broadcast, size, src=0, group=group)
     if not accelerator.is_main_process:
-        payload = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
-    _collective(dist.broadcast, payload, src=0)
-    return value if accelerator.is_main_process else pickle.loads(payload.cpu().numpy().tobytes())
+        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+    _collective(dist.broadcast, payload, src=0, group=group)
+    return value if accelerator.is_main_process else pickle.loads(payload.numpy().tobytes())
 
 
 def any_process(accelerator: Any, flag: bool) -> bool:
-    """Whether ``flag`` is true on at least one process (a sum-reduce that every process must enter)."""
+    """Whether ``flag`` is true on at least one process: a sum over processes (through host memory, gloo) that
+    every process must enter. It waits for the other processes, never for the device."""
     if accelerator.num_processes == 1:
         return bool(flag)
     import torch
+    import torch.distributed as dist
 
-    return bool(sum_over_processes(accelerator, torch.tensor([float(flag)], device=accelerator.device)).item() > 0)
+    count = torch.tensor([float(flag)])
+    _collective(dist.all_reduce, count, group=_control_group(accelerator))
+    return bool(count.item() > 0)
 
 
 def on_main_process(accelerator: Any, what: str, work: Callable[[], T]) -> T | None:

@@ -75,6 +75,10 @@ def cpu_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Tens
 #: in a workspace its model holds while in training mode; above it, the second pass computes them again.
 LOSS_WORKSPACE_BYTES = 256 << 20
 
+#: Devices where the loss drops the rows of ignored labels (-100) before its matmuls. Elsewhere (GPUs) it keeps
+#: them and zeroes their share: counting them would read a value back from the device at every step.
+COMPACT_ROWS_ON = ("cpu",)
+
 
 class LinearCrossEntropySums(torch.autograd.Function):
     """Sums of the label-smoothed cross-entropy and of the plain NLL of ``hidden @ weight.T``, computed
@@ -105,8 +109,15 @@ class LinearCrossEntropySums(torch.autograd.Function):
         exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: float32 at least
         need_hidden, need_weight = grads and ctx.needs_input_grad[0], grads and ctx.needs_input_grad[1]
         keep = labels != -100
+        # Dropping the ignored rows needs their number: free on a CPU, a wait for the device elsewhere; there they
+        # are computed and then zeroed.
+        compact = device_type in COMPACT_ROWS_ON
         with torch.autocast(device_type, enabled=False):
-            h, w, y = hidden[keep].to(dtype), weight.to(dtype), labels[keep]
+            w = weight.to(dtype)
+            if compact:
+                h, y, weights = hidden[keep].to(dtype), labels[keep], None
+            else:
+                h, y, weights = hidden.to(dtype), labels, keep.to(exact)
             (rows, d), vocab = h.shape, weight.shape[0]
             blocks = [slice(start, min(start + block_columns, vocab)) for start in range(0, vocab, block_columns)]
             # Every block reuses the same buffers: on a CPU a fresh multi-megabyte tensor is fresh memory
@@ -152,8 +163,10 @@ class LinearCrossEntropySums(torch.autograd.Function):
                 gold += torch.where(inside, z.gather(-1, index).squeeze(-1), 0.0)
                 logit_sum += z.sum(-1)
             lse = running_max + running_sum.log()
-            smoothed = (lse - (1 - epsilon) * gold - epsilon * logit_sum / vocab).sum().float()
-            nll = (lse - gold).sum().float()
+            smoothed_rows, nll_rows = lse - (1 - epsilon) * gold - epsilon * logit_sum / vocab, lse - gold
+            if weights is not None:
+                smoothed_rows, nll_rows = smoothed_rows * weights, nll_rows * weights
+            smoothed, nll = smoothed_rows.sum().float(), nll_rows.sum().float()
 
             # pass 2: each block's logits again, turned into gradients and applied at once
             grad_hidden = grad_weight = None
@@ -165,15 +178,19 @@ class LinearCrossEntropySums(torch.autograd.Function):
                     g = logits(cols, again=True).sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # softmax - ε/V
                     inside, index = gold_index(cols)
                     g.scatter_add_(-1, index, ((epsilon - 1) * inside).to(exact)[:, None])
+                    if weights is not None:
+                        g.mul_(weights[:, None])
                     n = g.shape[1]
                     g = g if high is low else low[: g.numel()].view_as(g).copy_(g)  # back to the matmul dtype
                     if need_hidden:
                         grad_kept += torch.mm(g, w[cols], out=product[: rows * d].view(rows, d))
                     if need_weight:
                         grad_weight[cols] = torch.mm(g.T, h, out=product[: n * d].view(n, d))
-                if need_hidden:
+                if need_hidden and compact:
                     grad_hidden = torch.zeros_like(hidden)
                     grad_hidden[keep] = grad_kept.to(hidden.dtype)
+                elif need_hidden:
+                    grad_hidden = grad_kept.to(hidden.dtype)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         ctx.mark_non_differentiable(nll)
@@ -216,4 +233,4 @@ def linear_cross_entropy_sums(
     return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, grads, workspace)
 
 
-__all__ = ["LOSS_WORKSPACE_BYTES", "cpu_keep_mask", "apply_dropout", "dropout_add", "linear_cross_entropy_sums"]
+__all__ = ["COMPACT_ROWS_ON", "LOSS_WORKSPACE_BYTES", "cpu_keep_mask", "apply_dropout", "dropout_add", "linear_cross_entropy_sums"]

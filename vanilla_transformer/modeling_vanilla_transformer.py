@@ -27,6 +27,8 @@ transformers' Marian model (``q_proj``, ``self_attn``, ``encoder_attn``, ``fc1``
 gradient checkpointing, ``generate``) works unmodified.
 """
 
+import contextlib
+import contextvars
 import math
 import os
 import shutil
@@ -365,7 +367,10 @@ class VanillaTransformerEncoder(nn.Module):
         hidden_states = apply_dropout(hidden_states, p=self.config.dropout, training=self.training)
 
         # Padding mask only (the encoder is not causal); None when nothing is padded (SDPA fast path).
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
+            allow_is_bidirectional_skip=attention_mask is None,  # a given mask is used, not read (a device sync)
+        )  # fmt: skip
 
         all_hidden, all_attn = [], []
         for layer in self.layers:
@@ -433,20 +438,21 @@ class VanillaTransformerDecoder(nn.Module):
         hidden_states = inputs_embeds * self.embed_scale + positions.to(inputs_embeds.dtype)
         hidden_states = apply_dropout(hidden_states, p=self.config.dropout, training=self.training)
 
-        if attention_mask is None and isinstance(past_len, int):
-            attention_mask = torch.ones(batch, past_len + seq_len, device=hidden_states.device, dtype=torch.long)
-        elif mask_2d and attention_mask.shape[1] == seq_len and isinstance(past_len, int) and past_len:
+        if mask_2d and attention_mask.shape[1] == seq_len and isinstance(past_len, int) and past_len:
             attention_mask = F.pad(attention_mask, (past_len, 0), value=1)
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # §3.2.3: mask out (set to -inf) attention to subsequent positions, plus target padding.
+        # A given mask is used as it is: deciding whether it could be skipped would read it back from the device.
         causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=self_cache
-        )
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=self_cache,
+            allow_is_causal_skip=attention_mask is None,
+        )  # fmt: skip
         cross_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
+            allow_is_bidirectional_skip=encoder_attention_mask is None,
         )
 
         all_hidden, all_self, all_cross = [], [], []
@@ -750,6 +756,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         default), each sentence may produce at most *its source length + offset* tokens.
         """
         config = generation_config if generation_config is not None else self.generation_config
+        # The ids are checked here, once per call: the decoding steps read nothing back to check their own.
+        source = inputs if inputs is not None else kwargs.get("input_ids")
+        if source is not None:
+            _check_ids("input_ids", source, self.config.vocab_size)
+        if kwargs.get("decoder_input_ids") is not None:
+            _check_ids("decoder_input_ids", kwargs["decoder_input_ids"], self.config.vocab_size)
         offset = getattr(config, "source_length_offset", None)
         length_given = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
             config.max_length is not None or config.max_new_tokens is not None
@@ -767,7 +779,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             kwargs["max_new_tokens"] = int(limits.max())
             limit = VanillaTransformerSourceLengthLimit(limits, self.config.eos_token_id)
             logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
-        output = super().generate(inputs, generation_config, logits_processor, **kwargs)
+        with input_values_checked():
+            output = super().generate(inputs, generation_config, logits_processor, **kwargs)
         sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         eos, pad = kwargs.get("eos_token_id", config.eos_token_id), kwargs.get("pad_token_id", config.pad_token_id)
         if sequences is not None and eos is not None and pad is not None:
@@ -844,22 +857,37 @@ class VanillaTransformerSourceLengthLimit(LogitsProcessor):
         """``__call__``, written into ``scores`` (``copy``: into a copy, made only when a row changes)."""
         generated = input_ids.shape[1] - 1  # every row starts with decoder_start_token_id
         limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
-        last = generated + 1 >= limits  # this token is the last one allowed
-        if last.any():
-            scores = scores.clone() if copy else scores
-            scores[last] = -float("inf")
-            scores[last, self.eos_token_id] = 0.0
+        last = (generated + 1 >= limits)[:, None]  # this token is the last one allowed; no branch on it (a sync)
+        scores = scores.masked_fill(last, -float("inf")) if copy else scores.masked_fill_(last, -float("inf"))
+        scores[:, self.eos_token_id].masked_fill_(last[:, 0], 0.0)
         return scores
 
 
 # --------------------------------------------------------------------------------------------
 # transformers plumbing: input checks, teacher forcing, outputs, the pipeline saved with the model.
 # --------------------------------------------------------------------------------------------
+_IDS_CHECKED_BY_CALLER = contextvars.ContextVar("vanilla_transformer_ids_checked_by_caller", default=False)
+
+
+@contextlib.contextmanager
+def input_values_checked():
+    """Within this block the model does not read token ids back to check their range; it still checks their
+    dtypes and shapes. For loops that checked their ids once, so that a step need not wait for the device:
+    ``generate`` (which checks its inputs, then decodes the model's own choices) and the training loop (whose
+    ids come from a tokenizer that was checked against the model)."""
+    token = _IDS_CHECKED_BY_CALLER.set(True)
+    try:
+        yield
+    finally:
+        _IDS_CHECKED_BY_CALLER.reset(token)
+
+
 def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow: int | None = None) -> None:
     """Raise a ValueError if ``ids`` is not a non-empty integer tensor of ids in [0, vocab_size).
 
     Skipped while ``torch.compile`` or ``torch.export`` traces the model: the range check reads token values,
-    which would break the graph (eager calls, the tests among them, check as always)."""
+    which would break the graph (eager calls, the tests among them, check as always). The range check is
+    skipped within :func:`input_values_checked`."""
     if torch.compiler.is_compiling():
         return
     if not isinstance(ids, torch.Tensor):
@@ -875,6 +903,8 @@ def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow: int | None 
         raise ValueError(
             f"`{name}` is empty (shape {tuple(ids.shape)}): give at least one sequence of at least one token."
         )
+    if _IDS_CHECKED_BY_CALLER.get():
+        return
     checked = ids if allow is None else ids[ids != allow]
     if checked.numel() and (checked.min() < 0 or checked.max() >= vocab_size):
         bad = checked[(checked < 0) | (checked >= vocab_size)][0].item()
@@ -947,4 +977,5 @@ __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "sinusoidal_position_encoding",
     "shift_tokens_right",
+    "input_values_checked",
 ]

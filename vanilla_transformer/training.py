@@ -44,7 +44,7 @@ from .data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, 
 from .distributed import agree, any_process, on_main_process, sum_over_processes, test_delay
 from .evaluation import evaluate_model, score, translate
 from .loading import load_model, load_tokenizer, new_model
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, input_values_checked
 from .schedule import make_optimizer_and_schedule
 from .tokenization import check_tokenizer_matches_model, match_model_max_length, save_tokenizer, train_joint_bpe
 from .training_config import TrainConfig
@@ -102,9 +102,18 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
 
 
 def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, torch.Tensor]:
-    return collate_batch(
+    """A padded batch; without ``attention_mask`` when no source is padded (known here, on the host, so that
+    the model need not read the mask back from the device to skip it)."""
+    batch = collate_batch(
         [{"input_ids": split.input_ids[i], "labels": split.labels[i]} for i in indices], pad_token_id=pad_token_id
     )
+    if len({len(split.input_ids[i]) for i in indices}) == 1:
+        del batch["attention_mask"]
+    return batch
+
+
+def _target_tokens(split: _Split, indices: list[int]) -> int:
+    return sum(len(split.labels[i]) for i in indices)
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,10 +131,11 @@ def _loss_sums(model, batch: dict, label_smoothing: float) -> tuple[torch.Tensor
     """Sums over the batch's target tokens of the label-smoothed cross-entropy (§5.4; with gradients)
     and of the plain NLL. ``skip_logits``: the model computes them block by block from its last hidden
     states instead of materialising [batch, length, vocab] logits (same values; faster on CPUs)."""
-    out = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
-        smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
-    )  # fmt: skip
+    with input_values_checked():  # the ids come from a tokenizer checked against the model: no range check
+        out = model(
+            input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), labels=batch["labels"],
+            smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
+        )  # fmt: skip
     return out.loss, out.nll_loss
 
 
@@ -145,7 +155,8 @@ def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad
         batch = {k: v.to(accelerator.device) for k, v in _collate(split, indices, pad_token_id).items()}
         with accelerator.autocast():
             smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
-        totals += torch.stack([smoothed.double(), nll.double(), (batch["labels"] != -100).sum().double()])
+        totals[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
+        totals[2] += _target_tokens(split, indices)
     totals = sum_over_processes(accelerator, totals)  # (padding batches repeated on some ranks count twice: negligible)
     model.train()
     loss, nll = (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
@@ -299,47 +310,46 @@ def train(config: TrainConfig) -> dict:
         + (f" or {config.max_minutes:g} minutes" if config.max_minutes else ""))  # fmt: skip
     bar = _progress_bar(config, state["step"], start_time, show=config.progress and accelerator.is_local_main_process)
     deadline = start_time + config.max_minutes * 60 if config.max_minutes else None
-    window = torch.zeros(3, dtype=torch.float64)  # smoothed-loss sum, NLL sum, tokens since the last record
+    # Sums since the last record, kept on the device: a step reads nothing back (it would wait for the device);
+    # they are read at logging steps and before each checkpoint.
+    window = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # smoothed-loss sum, NLL sum, tokens
+    pending_tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)  # global tokens, not yet in state
+    unchecked_from = state["step"] + 1  # the first step whose loss has not been checked yet
     epoch_batches, batches_epoch = [], None
     stop_reason = "max_steps" if state["step"] >= config.max_steps else None
     loop_start = time.monotonic() - state["loop_seconds"]
     while stop_reason is None:
+        test_delay("step", accelerator.process_index)
         if batches_epoch != state["epoch"]:  # this process's batches of the epoch, in the epoch's order
             sampler.set_epoch(state["epoch"])
             epoch_batches, batches_epoch = list(sampler), state["epoch"]
-        test_delay("step", accelerator.process_index)
         k, accumulation = state["step_in_epoch"], config.gradient_accumulation
-        micro = [_collate(train_split, indices, pad_id) for indices in epoch_batches[k * accumulation : (k + 1) * accumulation]]
+        micro_indices = epoch_batches[k * accumulation : (k + 1) * accumulation]
+        micro = [_collate(train_split, indices, pad_id) for indices in micro_indices]
         # Normalise by the target tokens of the whole global batch (all micro-batches, all processes), so
         # the update does not depend on how the batch is split; DDP averages over processes, hence the
-        # factor num_processes.
-        local_tokens = torch.tensor(sum(int((b["labels"] != -100).sum()) for b in micro), device=accelerator.device)
-        global_tokens = sum_over_processes(accelerator, local_tokens).item()
+        # factor num_processes. The count stays on the device.
+        local = sum(_target_tokens(train_split, indices) for indices in micro_indices)
+        global_tokens = sum_over_processes(accelerator, torch.full((), float(local), dtype=torch.float64, device=accelerator.device))
         for i, batch in enumerate(micro):
-            batch = {key: value.to(accelerator.device) for key, value in batch.items()}
+            # non_blocking: a copy to a GPU that does not wait for the GPU's queued work (a no-op on the CPU)
+            batch = {key: value.to(accelerator.device, non_blocking=True) for key, value in batch.items()}
             with accelerator.no_sync(model) if i < len(micro) - 1 else nullcontext():
                 with accelerator.autocast():
                     smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
                 accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
-            window += torch.tensor([smoothed.item(), nll.item(), float((batch["labels"] != -100).sum())])
-        # stop before the update, all processes together: no bad weights reach a checkpoint
-        if any_process(accelerator, not math.isfinite(window[0].item())):
-            newest = (list_checkpoints(checkpoint_dir) or [None])[-1]
-            kept = f"the newest checkpoint, {newest}, is from before it" if newest else "no checkpoint was written yet"
-            raise FloatingPointError(
-                f"Non-finite training loss at step {state['step'] + 1} (the weights were not updated); {kept}. "
-                f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume; with fp16, use bf16."
-            )
+            window[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
+        window[2] += local
+        pending_tokens += global_tokens
         if config.max_grad_norm is not None:
             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
-        if accelerator.optimizer_step_was_skipped:  # fp16 loss scaling met inf/nan gradients and lowered its scale
+        if config.mixed_precision == "fp16" and accelerator.optimizer_step_was_skipped:  # (reads the loss scale)
             log(f"step {state['step'] + 1}: fp16 loss scaling skipped this update (non-finite gradients)")
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state["step"] += 1
         state["step_in_epoch"] += 1
-        state["target_tokens"] += global_tokens
         state["loop_seconds"] = time.monotonic() - loop_start
         if state["step_in_epoch"] == steps_per_epoch:
             state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
@@ -349,11 +359,27 @@ def train(config: TrainConfig) -> dict:
             stop_reason = "max_steps"
         elif deadline is not None and _past_deadline(deadline, accelerator):
             stop_reason = "max_minutes"
+        logging_step = state["step"] % config.log_every == 0 or bool(stop_reason)
+        saving_step = state["step"] % config.save_every == 0 or bool(stop_reason)
         record = None
-        if state["step"] % config.log_every == 0 or stop_reason:
-            tokens = max(window[2].item(), 1.0)
-            record = {"step": state["step"], "train_loss": window[0].item() / tokens,
-                      "train_nll": window[1].item() / tokens, "lr": scheduler.get_last_lr()[0],
+        if logging_step or saving_step:  # the only reads from the device between evaluations
+            sums = window.tolist()
+            state["target_tokens"] += int(pending_tokens.item())
+            pending_tokens.zero_()
+            # All processes stop together, and before a checkpoint: none holds the updates of a non-finite loss.
+            if any_process(accelerator, not math.isfinite(sums[0])):
+                newest = (list_checkpoints(checkpoint_dir) or [None])[-1]
+                kept = f"the newest checkpoint, {newest}, is from before it" if newest else "no checkpoint was written yet"
+                steps = f"step {state['step']}" if unchecked_from == state["step"] else f"steps {unchecked_from}-{state['step']}"
+                raise FloatingPointError(
+                    f"Non-finite training loss in {steps}, found before any checkpoint of it was written; {kept}. "
+                    f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume; with fp16, use bf16."
+                )
+            unchecked_from = state["step"] + 1
+        if logging_step:
+            tokens = max(sums[2], 1.0)
+            record = {"step": state["step"], "train_loss": sums[0] / tokens,
+                      "train_nll": sums[1] / tokens, "lr": scheduler.get_last_lr()[0],
                       "target_tokens_per_s": state["target_tokens"] / max(state["loop_seconds"], 1e-9)}  # fmt: skip
             window.zero_()
             bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}")
@@ -454,7 +480,8 @@ def _has_accelerator() -> bool:
 
 def _past_deadline(deadline: float, accelerator) -> bool:
     """Whether the wall-clock budget is spent, decided together: processes whose clocks disagree by a step
-    would otherwise stop at different steps, and the one still training would wait forever for the others."""
+    would otherwise stop at different steps, and the one still training would wait forever for the others.
+    (The processes agree on the CPU, without waiting for the device: see ``distributed.any_process``.)"""
     return any_process(accelerator, time.monotonic() > deadline)
 
 
