@@ -35,12 +35,12 @@ SMOKE_MODEL = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder
 
 def run(precision: str, args: argparse.Namespace, tokenizer: Path | None) -> dict:
     config = TrainConfig(
-        data=str(args.data), src_lang=args.src_lang, tgt_lang=args.tgt_lang, valid_split="validation", test_split=None,
-        tokenizer=None if tokenizer is None else str(tokenizer), vocab_size=400 if args.smoke else 8000,
-        model=SMOKE_MODEL if args.smoke else MODEL, max_tokens=256 if args.smoke else 2500, warmup_steps=300,
-        lr_factor=0.3, max_steps=args.steps, log_every=args.log_every, eval_every=args.eval_every,
-        eval_bleu_sentences=0, save_every=10**6, keep_checkpoints=1, average_last=1, mixed_precision=precision,
-        seed=args.seed, output_dir=str(args.workdir / precision), progress=not args.smoke,
+        dataset_name=str(args.data), source_lang=args.src_lang, target_lang=args.tgt_lang, validation_split="validation", test_split=None,
+        tokenizer_name=None if tokenizer is None else str(tokenizer), vocab_size=400 if args.smoke else 8000,
+        config_overrides=SMOKE_MODEL if args.smoke else MODEL, max_tokens=256 if args.smoke else 2500, warmup_steps=300,
+        lr_factor=0.3, max_steps=args.steps, logging_steps=args.log_every, eval_steps=args.eval_every,
+        eval_bleu_sentences=0, save_steps=10**6, save_total_limit=1, average_last=1, mixed_precision=precision,
+        seed=args.seed, output_dir=str(args.workdir / precision), disable_tqdm=args.smoke,
     )  # fmt: skip
     summary = train(config)
     state_file = sorted((args.workdir / precision / "checkpoints").glob("checkpoint-*/trainer_state.json"))[-1]

@@ -128,7 +128,7 @@ def throughput(dry_run: bool) -> dict:
 def main_job(dry_run: bool, workdir: Path, limit: int) -> dict:
     output = workdir / "main-job"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    train = ["train", "--config", str(ROOT / "configs" / "tatoeba_en_de_small.yaml"), "--output-dir", str(output), "--no-progress"]
+    train = ["train", "--config", str(ROOT / "configs" / "tatoeba_en_de_small.yaml"), "--output_dir", str(output), "--disable_tqdm"]
     if dry_run:  # a few hundred pairs of the bundled corpus, a tiny model, 2 steps
         import gzip
 
@@ -138,9 +138,9 @@ def main_job(dry_run: bool, workdir: Path, limit: int) -> dict:
             for lang in ("en", "de"):
                 with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
                     (data / f"{split}.{lang}").write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
-        command = [sys.executable, "-m", "vanilla_transformer", *train, "--cpu", "--max-steps", "2", "--max-minutes", "1",
-                   "--data", str(data), "--vocab-size", "300",
-                   "--model-json", json.dumps({"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+        command = [sys.executable, "-m", "vanilla_transformer", *train, "--use_cpu", "--max-steps", "2", "--max-minutes", "1",
+                   "--dataset_name", str(data), "--vocab-size", "300",
+                   "--config_overrides", json.dumps({"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
                                                "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}),
                    "--eval-bleu-sentences", "2"]  # fmt: skip
     else:

@@ -7,7 +7,7 @@ The procedure, on a tiny model and 2,000 pairs of the bundled Tatoeba corpus (CP
 that every run is deterministic):
 
 1. A reference run trains ``--steps`` steps without interruption, keeping every checkpoint.
-2. The same run, in another folder, is started with ``vanilla-transformer train --config ... --resume``
+2. The same run, in another folder, is started with ``vanilla-transformer train --config ... --resume_from_checkpoint``
    and killed with SIGKILL ``--kills`` times, then left to finish. Kills alternate between two kinds:
 
    * ``random``: at a random moment, uniformly within ~12 training steps after the loop has started
@@ -65,10 +65,10 @@ def write_corpus(folder: Path, sizes: dict[str, int] | None = None) -> Path:
 
 def run_config(corpus: Path, output_dir: Path, steps: int, save_every: int, keep: int, tokenizer: Path | None) -> dict:
     return {
-        "data": str(corpus), "src_lang": "en", "tgt_lang": "de", "test_split": None, "vocab_size": 400,
-        "tokenizer": None if tokenizer is None else str(tokenizer), "model": MODEL, "max_tokens": 256,
-        "max_steps": steps, "warmup_steps": 10, "lr_factor": 2.0, "eval_every": 10**6, "eval_bleu_sentences": 0,
-        "save_every": save_every, "keep_checkpoints": keep, "average_last": 2, "seed": 7, "progress": False,
+        "dataset_name": str(corpus), "source_lang": "en", "target_lang": "de", "test_split": None, "vocab_size": 400,
+        "tokenizer_name": None if tokenizer is None else str(tokenizer), "config_overrides": MODEL, "max_tokens": 256,
+        "max_steps": steps, "warmup_steps": 10, "lr_factor": 2.0, "eval_steps": 10**6, "eval_bleu_sentences": 0,
+        "save_steps": save_every, "save_total_limit": keep, "average_last": 2, "seed": 7, "disable_tqdm": True,
         "output_dir": str(output_dir),
     }  # fmt: skip
 
@@ -80,7 +80,7 @@ def _environment() -> dict:
 
 
 def _start(config_path: Path, log_path: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "vanilla_transformer", "train", "--config", str(config_path), "--resume"]
+    command = [sys.executable, "-m", "vanilla_transformer", "train", "--config", str(config_path), "--resume_from_checkpoint"]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_environment(), cwd=ROOT)
 

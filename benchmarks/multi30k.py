@@ -54,11 +54,11 @@ def train_config(direction: str, minutes: float, recipe: dict, mixed_precision: 
     recipe's tokens per step)."""
     src, tgt = direction.split("-")
     return TrainConfig(
-        data=data, src_lang=src, tgt_lang=tgt, valid_split="validation", test_split="test_2016_flickr",
-        vocab_size=8000, model={**MODEL, "dropout": recipe["dropout"]},
+        dataset_name=data, source_lang=src, target_lang=tgt, validation_split="validation", test_split="test_2016_flickr",
+        vocab_size=8000, config_overrides={**MODEL, "dropout": recipe["dropout"]},
         max_tokens=recipe["max_tokens_per_step"] // processes,
         warmup_steps=recipe["warmup_steps"], lr_factor=recipe["lr_factor"], max_steps=10**6, max_minutes=minutes,
-        eval_every=recipe["eval_every"], eval_bleu_sentences=100, save_every=recipe["save_every"], keep_checkpoints=5,
+        eval_steps=recipe["eval_every"], eval_bleu_sentences=100, save_steps=recipe["save_every"], save_total_limit=5,
         average_last=5, mixed_precision=mixed_precision,
         output_dir=output_dir or f"outputs/multi30k-{direction}-{minutes:g}min",
     )  # fmt: skip

@@ -236,11 +236,12 @@ def run_row(row: Row, seed: int, args: argparse.Namespace, corpus, tokenizer_dir
     if args.rerun and output_dir.exists():
         shutil.rmtree(output_dir)
     config = TrainConfig(
-        data=str(args.data), src_lang=args.src_lang, tgt_lang=args.tgt_lang, valid_split="validation", test_split=None,
-        tokenizer=str(tokenizer_dir), model=model_settings, label_smoothing=s["label_smoothing"], max_tokens=max_tokens,
+        dataset_name=str(args.data), source_lang=args.src_lang, target_lang=args.tgt_lang, validation_split="validation", test_split=None,
+        tokenizer_name=str(tokenizer_dir), config_overrides=model_settings, label_smoothing_factor=s["label_smoothing"], max_tokens=max_tokens,
         warmup_steps=RECIPE["warmup_steps"], lr_factor=RECIPE["lr_factor"], max_steps=steps, mixed_precision="no",
-        seed=seed, log_every=50, eval_every=10**9, eval_bleu_sentences=0, save_every=save_every, keep_checkpoints=5,
-        average_last=5, output_dir=str(output_dir), resume=bool(list_checkpoints(checkpoint_dir)), progress=not args.smoke,
+        seed=seed, logging_steps=50, eval_steps=10**9, eval_bleu_sentences=0, save_steps=save_every, save_total_limit=5,
+        average_last=5, output_dir=str(output_dir), resume_from_checkpoint="latest" if list_checkpoints(checkpoint_dir) else None,
+        disable_tqdm=args.smoke,
     )  # fmt: skip
     load_before = os.getloadavg()[0]
     summary = train(config)

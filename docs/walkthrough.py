@@ -569,12 +569,12 @@ from vanilla_transformer.training_config import TrainConfig
 
 run = WORK / "run"
 summary = train(TrainConfig(
-    data=str(DATA), tokenizer=str(WORK / "tokenizer"), max_length=10, test_split=None,
-    preset="base", model=dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    dataset_name=str(DATA), tokenizer_name=str(WORK / "tokenizer"), max_length=10, test_split=None,
+    preset="base", config_overrides=dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                               decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512, dropout=0.1),
-    max_tokens=2000, max_steps=350, warmup_steps=200, lr_factor=1.5, label_smoothing=0.1,
-    log_every=25, eval_every=350, eval_bleu_sentences=0, save_every=70, average_last=5,
-    output_dir=str(run), progress=False, seed=0,
+    max_tokens=2000, max_steps=350, warmup_steps=200, lr_factor=1.5, label_smoothing_factor=0.1,
+    logging_steps=25, eval_steps=350, eval_bleu_sentences=0, save_steps=70, average_last=5,
+    output_dir=str(run), disable_tqdm=True, seed=0,
 ))
 print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens, in {summary['train_seconds']:.0f} s")
 

@@ -2,67 +2,111 @@
 
 A saved model folder (e.g. RUN/final of `vanilla-transformer train`) or a fresh preset of Table 3 (with a joint
 BPE trained on the training pairs) is trained on a parallel corpus, evaluated (loss, sacreBLEU and chrF of beam
-search) and saved to --output-dir, loadable with `from_pretrained`. The pieces are in
+search) and saved to --output_dir, loadable with `from_pretrained`. The pieces are in
 vanilla_transformer/finetuning.py:
 
-    python examples/finetune_seq2seq_trainer.py --model RUN/final --data data/tatoeba_en_de --max-steps 2000
-    python examples/finetune_seq2seq_trainer.py --preset base --d-model 256 --layers 3 --heads 4 --d-ff 1024 \\
-        --data data/tatoeba_en_de --vocab-size 8000 --max-steps 3000 --warmup-steps 800 --output-dir outputs/ft
+    python examples/finetune_seq2seq_trainer.py --model_name_or_path RUN/final --dataset_name data/tatoeba_en_de \\
+        --max_steps 2000
+    python examples/finetune_seq2seq_trainer.py --preset base --d_model 256 --layers 3 --heads 4 --d_ff 1024 \\
+        --dataset_name data/tatoeba_en_de --vocab_size 8000 --max_steps 3000 --warmup_steps 800 --output_dir outputs/ft
+
+Options are spelt as in transformers' Seq2SeqTrainingArguments and its translation example (run_translation.py),
+with `_` or `-` between words; older spellings (--data, --src-lang, --max-train-pairs, ...) still work and say
+what replaced them.
 """
 
 import argparse
 import json
+import sys
+from pathlib import Path
+from typing import Any
 
 from vanilla_transformer.finetuning import finetune
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class _OldSpelling(argparse.Action):
+    """An older spelling of an option: it still works, and says which spelling replaced it."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: {option_string} is an old spelling of {self.new}; it still works, but use {self.new}.",
+              file=sys.stderr)  # fmt: skip
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def _option(group: Any, name: str, *old: str, **kwargs: Any) -> None:
+    """``--name`` (also spelt with ``-`` for ``_``), and hidden older spellings (``--old-name``, ``--old_name``)."""
+    group.add_argument(*dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"]), dest=name, **kwargs)
+    flag = kwargs.get("action") == "store_true"
+    for spelling in old:
+        for variant in dict.fromkeys([f"--{spelling}", f"--{spelling.replace('_', '-')}"]):
+            group.add_argument(variant, action=_OldSpelling, new=f"--{name}", dest=name, nargs=0 if flag else None,
+                               const=True if flag else None, type=kwargs.get("type"),
+                               choices=kwargs.get("choices"))  # fmt: skip
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv``; ``None``: ``sys.argv[1:]``), without running anything."""
+    parser = argparse.ArgumentParser(
+        prog=Path(__file__).name,
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     what = parser.add_argument_group("model (a saved folder, or a preset with optional size overrides)")
     start = what.add_mutually_exclusive_group()
-    start.add_argument("--model", help="saved model folder to fine-tune")
-    start.add_argument("--preset", choices=("base", "big"), default="base", help="a fresh model of Table 3")
-    what.add_argument("--tokenizer", help="tokenizer folder (default: the model folder; a new joint BPE for a preset)")
-    what.add_argument("--vocab-size", type=int, default=8000, help="joint BPE size for a preset")
-    what.add_argument("--d-model", type=int)
-    what.add_argument("--layers", type=int, help="encoder and decoder layers")
-    what.add_argument("--heads", type=int, help="attention heads")
-    what.add_argument("--d-ff", type=int, help="inner size of the feed-forward layers")
-    what.add_argument("--dropout", type=float)
-    what.add_argument("--attn-implementation", choices=("sdpa", "eager"))
+    _option(start, "model_name_or_path", "model", help="saved model folder to fine-tune; none: a fresh --preset")
+    _option(start, "preset", choices=("base", "big"), default="base", help="a fresh model of Table 3")
+    _option(what, "tokenizer_name", "tokenizer",
+            help="tokenizer folder; none: the model folder's, or a new joint BPE for a preset")  # fmt: skip
+    _option(what, "vocab_size", type=int, default=8000, help="joint BPE size for a preset")
+    _option(what, "d_model", type=int, help="width of a preset (d_model); none: the preset's")
+    _option(what, "layers", type=int, help="encoder and decoder layers of a preset; none: the preset's")
+    _option(what, "heads", type=int, help="attention heads of a preset; none: the preset's")
+    _option(what, "d_ff", type=int, help="inner size of a preset's feed-forward layers; none: the preset's")
+    _option(what, "dropout", type=float, help="dropout of a preset; none: the preset's")
+    _option(what, "attn_implementation", choices=("sdpa", "eager"), help="attention implementation; none: the model's")
 
     data = parser.add_argument_group("data")
-    data.add_argument("--data", default="data/tatoeba_en_de", help="folder, .tsv, .jsonl, path prefix or Hub name")
-    data.add_argument("--hub-config", help="configuration of a Hub dataset, e.g. de-en for wmt14")
-    data.add_argument("--src-lang", default="en")
-    data.add_argument("--tgt-lang", default="de")
-    data.add_argument("--train-split", default="train")
-    data.add_argument("--eval-split", default="validation", help="split to evaluate on (empty: no evaluation)")
-    data.add_argument("--max-length", type=int, default=128, help="drop pairs longer than this (tokens)")
-    data.add_argument("--max-train-pairs", type=int, help="use the first N training pairs")
-    data.add_argument("--max-eval-pairs", type=int, default=200, help="translate and score the first N eval pairs")
+    _option(data, "dataset_name", "data", default="data/tatoeba_en_de",
+            help="folder of {split}.{lang} files, .tsv, .jsonl, path prefix or Hub dataset name")  # fmt: skip
+    _option(data, "dataset_config_name", "hub_config", help="configuration of a Hub dataset, e.g. de-en for wmt14")
+    _option(data, "source_lang", "src_lang", default="en", help="source language (file suffix or record key)")
+    _option(data, "target_lang", "tgt_lang", default="de", help="target language (file suffix or record key)")
+    _option(data, "train_split", default="train", help="split to train on")
+    _option(data, "validation_split", "eval_split", default="validation",
+            help="split to evaluate on (empty: no evaluation)")  # fmt: skip
+    _option(data, "max_length", type=int, default=128, help="drop pairs longer than this many tokens (either side)")
+    _option(data, "max_train_samples", "max_train_pairs", type=int,
+            help="use the first N training pairs; none: all")  # fmt: skip
+    _option(data, "max_eval_samples", "max_eval_pairs", type=int, default=200,
+            help="translate and score the first N evaluation pairs")  # fmt: skip
 
     train = parser.add_argument_group("training (Seq2SeqTrainingArguments)")
-    train.add_argument("--output-dir", default="outputs/finetune")
-    train.add_argument("--max-steps", type=int, default=1000)
-    train.add_argument("--warmup-steps", type=int, default=4000)
-    train.add_argument("--lr-factor", type=float, default=1.0, help="multiplies the paper's learning-rate schedule")
-    train.add_argument("--per-device-train-batch-size", type=int, default=64)
-    train.add_argument("--per-device-eval-batch-size", type=int)
-    train.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    train.add_argument("--label-smoothing", type=float, default=0.1)
-    train.add_argument("--num-beams", type=int, default=4)
-    train.add_argument("--bf16", action="store_true", help="bf16 autocast (on the CPU when no bf16 GPU is present)")
-    train.add_argument("--eval-steps", type=int, help="evaluate every N updates (default: only at the end)")
-    train.add_argument("--save-steps", type=int, help="write a checkpoint every N updates (default: none)")
-    train.add_argument("--logging-steps", type=int, default=50)
-    train.add_argument("--eval-before", action="store_true", help="also evaluate before training")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _option(train, "output_dir", default="outputs/finetune", help="where checkpoints and the final model go")
+    _option(train, "max_steps", type=int, default=1000, help="optimizer updates to run")
+    _option(train, "warmup_steps", type=int, default=4000, help="warm-up updates of the paper's schedule (§5.3)")
+    _option(train, "lr_factor", type=float, default=1.0, help="multiplies the paper's learning-rate schedule")
+    _option(train, "per_device_train_batch_size", type=int, default=64, help="sentence pairs per training micro-batch")
+    _option(train, "per_device_eval_batch_size", type=int,
+            help="sentence pairs per evaluation batch; none: the training batch size")  # fmt: skip
+    _option(train, "gradient_accumulation_steps", type=int, default=1, help="micro-batches per optimizer update")
+    _option(train, "label_smoothing_factor", "label_smoothing", type=float, default=0.1,
+            help="label smoothing (§5.4: 0.1)")  # fmt: skip
+    _option(train, "num_beams", type=int, default=4, help="beam size of evaluation (§6.1: 4)")
+    _option(train, "bf16", action="store_true", help="bf16 autocast (on the CPU when no bf16 GPU is present)")
+    _option(train, "eval_steps", type=int, help="evaluate every N updates; none: only at the end")
+    _option(train, "save_steps", type=int, help="write a checkpoint every N updates; none: no checkpoints")
+    _option(train, "logging_steps", type=int, default=50, help="log loss and learning rate every N updates")
+    _option(train, "eval_before", action="store_true", help="also evaluate before training")
+    _option(train, "seed", type=int, default=0, help="seed of data order and dropout")
+    _option(train, "disable_tqdm", "no_progress", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     sizes = {
         "d_model": args.d_model,
@@ -75,25 +119,26 @@ def main(argv=None) -> dict:
         "dropout": args.dropout,
     }
     sizes = {name: value for name, value in sizes.items() if value is not None}
-    if args.model and sizes:
-        raise SystemExit("--d-model/--layers/--heads/--d-ff/--dropout apply to a --preset, not to a saved --model.")
+    if args.model_name_or_path and sizes:
+        raise SystemExit("--d_model/--layers/--heads/--d_ff/--dropout apply to a --preset, not to a saved "
+                         "--model_name_or_path.")  # fmt: skip
 
     result = finetune(
-        args.data,
+        args.dataset_name,
         args.output_dir,
-        model=args.model,
-        tokenizer=args.tokenizer,
+        model=args.model_name_or_path,
+        tokenizer=args.tokenizer_name,
         preset=args.preset,
         model_overrides=sizes,
         vocab_size=args.vocab_size,
-        src_lang=args.src_lang,
-        tgt_lang=args.tgt_lang,
-        hub_config=args.hub_config,
+        src_lang=args.source_lang,
+        tgt_lang=args.target_lang,
+        hub_config=args.dataset_config_name,
         train_split=args.train_split,
-        eval_split=args.eval_split or None,
+        eval_split=args.validation_split or None,
         max_length=args.max_length,
-        max_train_pairs=args.max_train_pairs,
-        max_eval_pairs=args.max_eval_pairs,
+        max_train_pairs=args.max_train_samples,
+        max_eval_pairs=args.max_eval_samples,
         attn_implementation=args.attn_implementation,
         eval_before=args.eval_before,
         # Seq2SeqTrainingArguments, through make_training_arguments
@@ -103,14 +148,14 @@ def main(argv=None) -> dict:
         per_device_train_batch_size=args.per_device_train_batch_size,
         per_device_eval_batch_size=args.per_device_eval_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
-        label_smoothing=args.label_smoothing,
+        label_smoothing=args.label_smoothing_factor,
         num_beams=args.num_beams,
         bf16=args.bf16,
         eval_steps=args.eval_steps,
         save_steps=args.save_steps,
         logging_steps=args.logging_steps,
         seed=args.seed,
-        disable_tqdm=args.no_progress,
+        disable_tqdm=args.disable_tqdm,
     )
     summary = {"output_dir": str(result.output_dir), "train": result.train_metrics, "eval": result.eval_after}
     if result.eval_before is not None:

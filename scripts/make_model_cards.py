@@ -100,14 +100,14 @@ def build_preset_card(preset: str, root: str | Path = ".") -> ModelCard:
 {launch}
 ```
 
-- Data: Hub dataset `{recipe.data}` (configuration `{recipe.hub_config}`), {recipe.src_lang}→{recipe.tgt_lang}, validation
-  `{recipe.valid_split}`, test `{recipe.test_split}`; a joint byte-level BPE of {recipe.vocab_size:,} tokens trained on the
+- Data: Hub dataset `{recipe.dataset_name}` (configuration `{recipe.dataset_config_name}`), {recipe.source_lang}→{recipe.target_lang}, validation
+  `{recipe.validation_split}`, test `{recipe.test_split}`; a joint byte-level BPE of {recipe.vocab_size:,} tokens trained on the
   training split; pairs longer than {recipe.max_length} tokens dropped.
-- Batches of at most {recipe.max_tokens} padded tokens per side and process × {recipe.gradient_accumulation} accumulation
+- Batches of at most {recipe.max_tokens} padded tokens per side and process × {recipe.gradient_accumulation_steps} accumulation
   (on fewer GPUs than the accelerate configuration's, raise the accumulation to keep the batch size).
 - Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2}, ε {recipe.adam_epsilon}), {recipe.warmup_steps} warm-up steps then inverse
-  square root, lr_factor {recipe.lr_factor}; label smoothing {recipe.label_smoothing}; mixed precision `{recipe.mixed_precision}`.
-- {recipe.max_steps:,} steps, a checkpoint every {recipe.save_every} steps, average of the last {recipe.average_last} (§6.1);
+  square root, lr_factor {recipe.lr_factor}; label smoothing {recipe.label_smoothing_factor}; mixed precision `{recipe.mixed_precision}`.
+- {recipe.max_steps:,} steps, a checkpoint every {recipe.save_steps} steps, average of the last {recipe.average_last} (§6.1);
   test split scored with beam 4, length penalty 0.6, maximum output length = source length + 50."""
     else:
         recipe_text = f"""No recipe file for the big model ships with the package. The base recipe with the paper's
@@ -115,13 +115,13 @@ big-model settings (the big preset, 300,000 steps, average of the last 20 checkp
 
 ```bash
 {launch} \\
-    --preset big --max-steps 300000 --keep-checkpoints 20 --average-last 20 --output-dir outputs/wmt14_en_de_big
+    --preset big --max_steps 300000 --save_total_limit 20 --average_last 20 --output_dir outputs/wmt14_en_de_big
 ```
 
-(not run by this project). Everything else is as in `{BASE_RECIPE}`: Hub dataset `{recipe.data}`
-(`{recipe.hub_config}`), a joint BPE of {recipe.vocab_size:,} tokens, Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2},
+(not run by this project). Everything else is as in `{BASE_RECIPE}`: Hub dataset `{recipe.dataset_name}`
+(`{recipe.dataset_config_name}`), a joint BPE of {recipe.vocab_size:,} tokens, Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2},
 ε {recipe.adam_epsilon}), {recipe.warmup_steps} warm-up steps then inverse square root, label smoothing
-{recipe.label_smoothing}, a checkpoint every {recipe.save_every} steps."""
+{recipe.label_smoothing_factor}, a checkpoint every {recipe.save_steps} steps."""
     name = f"vanilla-transformer-{preset}"
     data = ModelCardData(
         language=["en", "de"],
@@ -129,7 +129,7 @@ big-model settings (the big preset, 300,000 steps, average of the last 20 checkp
         library_name="transformers",
         pipeline_tag="translation",
         tags=[*TAGS, f"transformer-{preset}"],
-        datasets=[recipe.data],
+        datasets=[recipe.dataset_name],
         model_name=name,
     )
     body = f"""
@@ -173,7 +173,7 @@ exact architecture in `transformers`. It is not a translation model until it has
 ## Limitations
 
 - No weights, no scores: nothing in this card has been measured on a translation task by this project.
-- The recipe needs the Hugging Face Hub (for `{recipe.data}`) and GPUs; its tokenizer is a byte-level BPE trained
+- The recipe needs the Hugging Face Hub (for `{recipe.dataset_name}`) and GPUs; its tokenizer is a byte-level BPE trained
   by the package, not the paper's BPE, so results would not be identical to the paper's.
 - sacreBLEU, which the package reports, is not comparable to the paper's tokenised, compound-split BLEU.
 
@@ -220,7 +220,7 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
             mixed_precision = recipe["mixed_precision"] or row.get("mixed_precision") or "bf16"
             config = multi30k_train_config(row["direction"], row["minutes"], recipe, mixed_precision, 1, MULTI30K_DATA)
             command = pinned.get("command") or f"python benchmarks/multi30k.py --minutes {row['minutes']:g}" + (
-                f" --mixed-precision {config.mixed_precision}" if config.mixed_precision != "bf16" else ""
+                f" --mixed_precision {config.mixed_precision}" if config.mixed_precision != "bf16" else ""
             )
             if pinned:
                 source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."

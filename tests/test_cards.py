@@ -16,7 +16,7 @@ SUMMARY = {"step": 7, "target_tokens": 1234, "loop_seconds": 60.0, "stop_reason"
 
 
 def test_the_card_of_a_training_run_carries_its_measured_scores(tmp_path):
-    config = TrainConfig(data="data/tatoeba_en_de", model={"d_model": 64}, max_minutes=6)
+    config = TrainConfig(dataset_name="data/tatoeba_en_de", config_overrides={"d_model": 64}, max_minutes=6)
     model_config = VanillaTransformerConfig.base(vocab_size=500, d_model=64)
     path = write_model_card(tmp_path, config=config, model_config=model_config, summary=SUMMARY)
     assert path == tmp_path / "README.md"
@@ -36,7 +36,7 @@ def test_without_a_test_split_or_a_model_the_card_invents_nothing():
     """training.py calls write_model_card(folder, config=, model_config=, summary=); build_model_card takes
     (config, model_config, summary) positionally. Without a test split there are no eval results; without the
     model's configuration the sizes are the preset's with the overrides, and the vocabulary is not known."""
-    config = TrainConfig(data="somewhere/else", preset="big", model={"d_model": 256}, tokenizer="tok")
+    config = TrainConfig(dataset_name="somewhere/else", preset="big", config_overrides={"d_model": 256}, tokenizer_name="tok")
     card = build_model_card(config, None, {"step": 3})
     assert card.data.eval_results is None and card.data.datasets is None
     assert "| (no test split was scored) | |" in card.text and "see the data's own terms" in card.text

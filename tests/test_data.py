@@ -531,10 +531,19 @@ def test_end_to_end_dataloader(tiny_tok):
     assert seen == 4
 
 
-def test_module_exports():
-    assert set(data_module.__all__) == {
-        "TokenBucketBatchSampler",
-        "collate_batch",
-        "load_parallel_corpus",
-        "tokenize_corpus",
-    }
+def test_every_exported_name_exists_and_is_documented():
+    for name in data_module.__all__:
+        assert getattr(data_module, name).__doc__, name
+
+
+def test_read_text_lines_keeps_blank_lines_reads_gzip_and_names_a_bad_line(tmp_path):
+    (tmp_path / "a.txt").write_text("one\n\n  \nfour\n", encoding="utf-8")
+    assert data_module.read_text_lines(tmp_path / "a.txt") == ["one", "", "  ", "four"]
+    with gzip.open(tmp_path / "b.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("eins\nzwei\n")
+    assert data_module.read_text_lines(tmp_path / "b.txt.gz") == ["eins", "zwei"]
+    (tmp_path / "c.txt").write_bytes("ok\n".encode() + "Grüße\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"c.txt is not UTF-8: line 2"):
+        data_module.read_text_lines(tmp_path / "c.txt")
+    with pytest.raises(ValueError, match="File not found"):
+        data_module.read_text_lines(tmp_path / "missing.txt")

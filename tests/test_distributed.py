@@ -24,10 +24,10 @@ RUN_LIMIT_S = 240  # one tiny run takes 20-60 s on 2 busy cores
 def _train(processes: int, output_dir: Path, corpus: Path, delays: str, *extra: str, env: dict | None = None):
     """``vanilla-transformer train`` as ``processes`` torchrun processes; all killed past RUN_LIMIT_S."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               str(LAUNCHER), "train", "--data", str(corpus), "--output-dir", str(output_dir), "--vocab-size", "300",
-               "--model-json", json.dumps(TINY_MODEL), "--max-tokens", "256", "--warmup-steps", "2",
-               "--eval-every", "2", "--save-every", "2", "--eval-bleu-sentences", "2", "--eval-num-beams", "1",
-               "--seed", "3", "--no-progress", *extra]  # fmt: skip
+               str(LAUNCHER), "train", "--dataset_name", str(corpus), "--output-dir", str(output_dir), "--vocab-size", "300",
+               "--config_overrides", json.dumps(TINY_MODEL), "--max-tokens", "256", "--warmup-steps", "2",
+               "--eval_steps", "2", "--save_steps", "2", "--eval-bleu-sentences", "2", "--generation_num_beams", "1",
+               "--seed", "3", "--disable_tqdm", *extra]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            DELAYS_VARIABLE: delays, **(env or {})}  # fmt: skip
     done = run_processes(command, env, timeout=RUN_LIMIT_S)
@@ -51,7 +51,7 @@ def test_two_processes_finish_a_fresh_and_a_resumed_run_whichever_process_arrive
     assert code == 0, err[-4000:]
     _assert_same_weights_on_every_process(run, 2)
     resumed = "data:0=1,tokenizer:1=2,checkpoints:1=1,resume:0=1,step:1=0.2,save:1=0.5,finish:0=1"
-    code, _, err = _train(2, run, corpus, resumed, "--max-steps", "6", "--resume")
+    code, _, err = _train(2, run, corpus, resumed, "--max-steps", "6", "--resume_from_checkpoint")
     assert code == 0, err[-4000:]
     assert "resumed from checkpoint-4" in err + _
     _assert_same_weights_on_every_process(run, 2)
@@ -64,13 +64,13 @@ def test_three_processes_finish_a_run_with_a_given_tokenizer_and_its_resumption(
 
     lines = (corpus / "train.en").read_text().splitlines() + (corpus / "train.de").read_text().splitlines()
     save_tokenizer(train_joint_bpe(lines, vocab_size=300, show_progress=False), tmp_path / "tokenizer")
-    run, given = tmp_path / "run", ("--tokenizer", str(tmp_path / "tokenizer"))
+    run, given = tmp_path / "run", ("--tokenizer_name", str(tmp_path / "tokenizer"))
     fresh = "data:2=2,tokenizer:0=2,checkpoints:1=1,step:2=0.2,evaluate:0=0.5,save:1=0.5,finish:2=1"
     code, _, err = _train(3, run, corpus, fresh, "--max-steps", "4", *given)
     assert code == 0, err[-4000:]
     _assert_same_weights_on_every_process(run, 3)
     resumed = "checkpoints:0=1,resume:2=1,save:0=0.5,finish:1=1"
-    code, out, err = _train(3, run, corpus, resumed, "--max-steps", "6", "--resume", *given)
+    code, out, err = _train(3, run, corpus, resumed, "--max-steps", "6", "--resume_from_checkpoint", *given)
     assert code == 0, err[-4000:]
     assert "resumed from checkpoint-4" in err + out
     _assert_same_weights_on_every_process(run, 3)

@@ -9,8 +9,10 @@ these cases raise, so the documentation cannot drift from the code:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
+import io
 import json
 import os
 import sys
@@ -69,6 +71,26 @@ def _corpus(folder: Path, en: list[str], de: list[str]) -> Path:
     _lines(folder / "train.en", en)
     _lines(folder / "train.de", de)
     return folder
+
+
+def _command(argv: list[str]) -> None:
+    """``vanilla-transformer ARGV`` as a user runs it: on failure, SystemExit with what it printed as ``.printed``."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = cli(argv)
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code
+    if code:
+        error = SystemExit(code)
+        lines = err.getvalue().strip().splitlines()
+        error.printed = next((line for line in lines if "error:" in line), lines[-1])
+        raise error
+
+
+def _latin1(path: Path) -> Path:
+    path.write_bytes("Grüße aus Köln.\n".encode("latin-1"))
+    return path
 
 
 def _saved_model(folder: Path) -> Path:
@@ -131,16 +153,16 @@ def _tiny_run(folder: Path, **overrides) -> TrainConfig:
         _lines(folder / f"{split}.de", SENTENCES[::-1] * 4)
     size = {"d_model": 16, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
             "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32}  # fmt: skip
-    values = dict(data=str(folder), output_dir=str(folder / "run"), vocab_size=300, model=size, max_tokens=64,
-                  max_steps=2, warmup_steps=1, save_every=1, eval_every=1000, eval_bleu_sentences=0,
-                  test_split=None, progress=False)  # fmt: skip
+    values = dict(dataset_name=str(folder), output_dir=str(folder / "run"), vocab_size=300, config_overrides=size, max_tokens=64,
+                  max_steps=2, warmup_steps=1, save_steps=1, eval_steps=1000, eval_bleu_sentences=0,
+                  test_split=None, disable_tqdm=True)  # fmt: skip
     return TrainConfig(**{**values, **overrides})
 
 
 def _resume_with_another_size(folder: Path) -> None:
     train(_tiny_run(folder))
-    config = _tiny_run(folder, max_steps=4, resume=True)
-    train(dataclasses.replace(config, model={**config.model, "d_model": 32}))
+    config = _tiny_run(folder, max_steps=4, resume_from_checkpoint="latest")
+    train(dataclasses.replace(config, config_overrides={**config.config_overrides, "d_model": 32}))
 
 
 def _non_finite_loss(folder: Path) -> None:
@@ -223,8 +245,13 @@ CASES = [
     Case("training", "a loss that becomes NaN", _non_finite_loss, "Non-finite training loss in step 2", FloatingPointError),
     Case("training", "a full disk while a checkpoint is written", _disk_full_during_a_checkpoint, "checkpoint-1, is intact", OSError),
     # ---------------------------------------------------------------- command line
-    Case("command line", "train --max-tokens 0", lambda d: cli(["train", "--data", str(d), "--max-tokens", "0"]), "max_tokens=0 is out of range"),
-    Case("command line", "an unknown option", lambda d: cli(["train", "--max-tokenz", "5"]), "2", SystemExit),
+    Case("command line", "train --max_tokens 0", lambda d: _command(["train", "--dataset_name", str(d), "--max_tokens", "0"]), "max_tokens=0 is out of range", SystemExit),
+    Case("command line", "an unknown option", lambda d: _command(["train", "--max-tokenz", "5"]), "unrecognized arguments: --max-tokenz", SystemExit),
+    Case("command line", "a misspelt model setting", lambda d: _command(["train", "--config_overrides", '{"d_modl": 64}']), "'d_modl' is not a setting of VanillaTransformerConfig. Did you mean 'd_model'?", SystemExit),
+    Case("command line", "a wrong type in an options file", lambda d: _command(["train", "--config", str(_lines(d / "run.yaml", ["max_steps: many"]))]), "max_steps = 'many' is a str, but max_steps takes int", SystemExit),
+    Case("command line", "a training file without a validation file", lambda d: _command(["train", "--train_file", "pairs.tsv"]), "needs validation_file too", SystemExit),
+    Case("command line", "a model folder that does not exist", lambda d: _command(["translate", "--model_name_or_path", str(d / "run" / "final"), "Hallo."]), "is not a saved model folder", SystemExit),
+    Case("command line", "a test set that is not UTF-8", lambda d: _command(["evaluate", "--model_name_or_path", str(d), "--source", str(_latin1(d / "test.de")), "--reference", str(_latin1(d / "test.en"))]), "test.de is not UTF-8: line 1", SystemExit),
     # ---------------------------------------------------------------- deployment (CTranslate2)
     Case("deployment", "exporting a setting the export does not know", lambda d: export_ctranslate2(_translator_model(d, rotary_positions=True), d / "export"), "does not know the setting(s) rotary_positions=True"),
     Case("deployment", "exporting into an existing export", _export_over_an_export, "pass --force to replace it"),
@@ -238,7 +265,7 @@ def message(case: Case, folder: Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     with pytest.raises(case.error) as error:
         case.trigger(folder)
-    text = str(error.value) if case.error is not SystemExit else f"exit status {error.value.code} (argparse prints the usage and the unknown option)"
+    text = str(error.value) if case.error is not SystemExit else f"exit status {error.value.code}: {error.value.printed}"
     return " ".join(text.replace(str(folder), "…").split())
 
 

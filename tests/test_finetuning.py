@@ -3,6 +3,7 @@ examples/finetune_seq2seq_trainer.py): the learning rate is the paper's at every
 learns and reports sacreBLEU/chrF, gradient accumulation equals one big batch, and the example script
 writes a loadable model."""
 
+import importlib.util
 import itertools
 import json
 import math
@@ -292,10 +293,10 @@ def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokeni
 def test_the_example_script_fine_tunes_a_preset_and_writes_a_loadable_model(corpus, tmp_path):
     out = tmp_path / "ft"
     command = [
-        sys.executable, str(ROOT / "examples" / "finetune_seq2seq_trainer.py"), "--data", str(corpus),
-        "--preset", "base", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400",
-        "--max-train-pairs", "200", "--max-eval-pairs", "4", "--max-steps", "3", "--warmup-steps", "2",
-        "--per-device-train-batch-size", "8", "--logging-steps", "1", "--no-progress", "--output-dir", str(out),
+        sys.executable, str(ROOT / "examples" / "finetune_seq2seq_trainer.py"), "--dataset_name", str(corpus),
+        "--preset", "base", "--d_model", "32", "--layers", "1", "--heads", "2", "--d_ff", "64", "--vocab_size", "400",
+        "--max_train_samples", "200", "--max_eval_samples", "4", "--max_steps", "3", "--warmup_steps", "2",
+        "--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "--output_dir", str(out),
     ]  # fmt: skip
     env = {**os.environ, **OFFLINE_ONE_THREAD, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -309,3 +310,22 @@ def test_the_example_script_fine_tunes_a_preset_and_writes_a_loadable_model(corp
     assert model.config.vocab_size == len(tokenizer) <= 400
     (translation,) = translate(model, tokenizer, ["Good morning."], num_beams=2, max_new_tokens=5)
     assert isinstance(translation, str)
+
+
+def test_the_example_script_takes_transformers_option_names_and_still_the_old_spellings(capsys):
+    spec = importlib.util.spec_from_file_location("finetune_example", ROOT / "examples" / "finetune_seq2seq_trainer.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)  # parses only: nothing trains
+
+    new = example.parse_args(["--source_lang", "fr", "--max-train-samples", "7", "--label_smoothing_factor", "0.2"])
+    assert (new.source_lang, new.max_train_samples, new.label_smoothing_factor) == ("fr", 7, 0.2)
+    assert capsys.readouterr().err == ""  # either separator, no notice
+
+    old = example.parse_args(["--src-lang", "fr", "--max-train-pairs", "7", "--label-smoothing", "0.2",
+                              "--no-progress"])  # fmt: skip
+    assert (old.source_lang, old.max_train_samples, old.label_smoothing_factor) == ("fr", 7, 0.2) and old.disable_tqdm
+    assert old.target_lang == "de" and old.max_eval_samples == 200  # the rest keep their defaults
+    err = capsys.readouterr().err
+    assert ("finetune_seq2seq_trainer.py: --src-lang is an old spelling of --source_lang; it still works, but use "
+            "--source_lang.") in err.splitlines()  # fmt: skip
+    assert "--max-train-pairs is an old spelling of --max_train_samples" in err and len(err.splitlines()) == 4

@@ -150,6 +150,6 @@ def test_no_training_step_waits_for_the_device_between_logging_steps(corpus, tmp
 
     monkeypatch.setattr(training, "test_delay", at)
     with guard.counter.mode:
-        training.train(tiny_run(corpus, tmp_path / "run", max_steps=8, log_every=4, eval_every=4, save_every=4,
-                                test_split=None, cpu=DEVICE.type == "cpu", mixed_precision="bf16" if DEVICE.type == "cuda" else "no"))  # fmt: skip
+        training.train(tiny_run(corpus, tmp_path / "run", max_steps=8, logging_steps=4, eval_steps=4, save_steps=4,
+                                test_split=None, use_cpu=DEVICE.type == "cpu", mixed_precision="bf16" if DEVICE.type == "cuda" else "no"))  # fmt: skip
     assert step[0] == 8 and guard.reads == 0

@@ -1,4 +1,4 @@
-"""The "vanilla-translation" pipeline, the files save_pretrained writes for it, and `train --push-to-hub`."""
+"""The "vanilla-translation" pipeline, the files save_pretrained writes for it, and `train --push_to_hub`."""
 
 import json
 from pathlib import Path
@@ -113,14 +113,16 @@ def test_save_pretrained_writes_the_pipeline_file_and_custom_pipelines(mt_model,
     assert pipe(texts[:2], num_beams=1, max_new_tokens=6) == translate(mt_model, tokenizer, texts[:2], num_beams=1, max_new_tokens=6)
 
 
-# ------------------------------------------------------------------ train --push-to-hub
+# ------------------------------------------------------------------ train --push_to_hub
 def test_push_to_hub_option_and_repository_id_check(tmp_path):
-    args = build_parser().parse_args(["train", "--push-to-hub", "someone/vanilla-en-de"])
-    assert args.push_to_hub == "someone/vanilla-en-de"
-    assert build_parser().parse_args(["train"]).push_to_hub is None
-    assert TrainConfig().push_to_hub is None
+    args = build_parser().parse_args(["train", "--push_to_hub", "--hub_model_id", "someone/vanilla-en-de", "--hub_private_repo"])
+    assert (args.push_to_hub, args.hub_model_id, args.hub_private_repo) == (True, "someone/vanilla-en-de", True)
+    assert build_parser().parse_args(["train"]).push_to_hub is False
+    assert TrainConfig().push_to_hub is False
+    with pytest.raises(ValueError, match="push_to_hub needs hub_model_id"):
+        TrainConfig(push_to_hub=True)
     with pytest.raises(ValueError, match="not a Hub repository id"):
-        TrainConfig(push_to_hub="not a repo id")
+        TrainConfig(push_to_hub=True, hub_model_id="not a repo id")
     with pytest.raises(ValueError, match="not a saved model folder"):
         push_folder_to_hub(tmp_path, "someone/vanilla-en-de")
 
@@ -128,7 +130,8 @@ def test_push_to_hub_option_and_repository_id_check(tmp_path):
 def test_push_to_hub_fails_before_training_when_offline(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
-        main(["train", "--data", str(corpus), "--output-dir", str(tmp_path / "run"), "--push-to-hub", "someone/x"])
+        main(["--debug", "train", "--dataset_name", str(corpus), "--output_dir", str(tmp_path / "run"), "--push_to_hub",
+              "--hub_model_id", "someone/x"])  # fmt: skip
     assert not (tmp_path / "run").exists()
 
 
@@ -152,9 +155,9 @@ def test_without_the_option_nothing_is_uploaded(corpus, tmp_path, monkeypatch):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"test_split": None, "model": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
                                   "encoder_layers": 1, "decoder_layers": 1}}))  # fmt: skip
-    main(["train", "--config", str(config), "--data", str(corpus), "--output-dir", str(tmp_path / "run"),
-          "--vocab-size", "400", "--max-tokens", "512", "--max-steps", "1", "--warmup-steps", "1", "--save-every", "1",
-          "--eval-bleu-sentences", "0", "--no-progress", "--cpu"])  # fmt: skip
+    main(["train", "--config", str(config), "--dataset_name", str(corpus), "--output-dir", str(tmp_path / "run"),
+          "--vocab-size", "400", "--max-tokens", "512", "--max-steps", "1", "--warmup-steps", "1", "--save_steps", "1",
+          "--eval-bleu-sentences", "0", "--disable_tqdm", "--use_cpu"])  # fmt: skip
     assert (tmp_path / "run" / "final" / PIPELINE_FILE.name).is_file()
     assert calls == []
     assert "hub_commit" not in json.loads((tmp_path / "run" / "results.json").read_text())

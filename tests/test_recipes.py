@@ -24,13 +24,13 @@ def test_accelerate_configs_are_valid_yaml_for_their_setups():
 
 def test_the_paper_recipe_runs_two_steps_on_local_data(corpus, tmp_path):
     recipe = TrainConfig.from_file(ROOT / "configs" / "wmt14_en_de_base.yaml")
-    assert (recipe.preset, recipe.warmup_steps, recipe.label_smoothing, recipe.average_last) == ("base", 4000, 0.1, 5)
+    assert (recipe.preset, recipe.warmup_steps, recipe.label_smoothing_factor, recipe.average_last) == ("base", 4000, 0.1, 5)
     assert recipe.max_tokens * 8 == 25000 and recipe.vocab_size == 37000
     # Same recipe; only what needs the network (Hub data, TensorBoard) or a GPU (bf16) is swapped.
     config = TrainConfig.from_file(
-        ROOT / "configs" / "wmt14_en_de_base.yaml", data=str(corpus), hub_config=None, max_steps=2, save_every=1,
-        eval_every=2, eval_bleu_sentences=0, test_split=None, log_with=None, mixed_precision="no",
-        output_dir=str(tmp_path / "run"), progress=False, max_tokens=600,
+        ROOT / "configs" / "wmt14_en_de_base.yaml", dataset_name=str(corpus), dataset_config_name=None, max_steps=2, save_steps=1,
+        eval_steps=2, eval_bleu_sentences=0, test_split=None, report_to=None, mixed_precision="no",
+        output_dir=str(tmp_path / "run"), disable_tqdm=True, max_tokens=600,
     )  # fmt: skip
     summary = train(config)
     assert summary["step"] == 2 and summary["averaged_checkpoints"] == ["checkpoint-1", "checkpoint-2"]
@@ -41,8 +41,8 @@ def test_the_paper_recipe_runs_two_steps_on_local_data(corpus, tmp_path):
 
 def test_the_main_job_configuration_runs_on_a_tiny_budget(corpus, tmp_path):
     config = TrainConfig.from_file(
-        ROOT / "configs" / "tatoeba_en_de_small.yaml", data=str(corpus), vocab_size=500, max_steps=4, save_every=2,
-        eval_every=4, eval_bleu_sentences=4, output_dir=str(tmp_path / "run"), progress=False,
+        ROOT / "configs" / "tatoeba_en_de_small.yaml", dataset_name=str(corpus), vocab_size=500, max_steps=4, save_steps=2,
+        eval_steps=4, eval_bleu_sentences=4, output_dir=str(tmp_path / "run"), disable_tqdm=True,
     )  # fmt: skip
     summary = train(config)
     assert summary["test"]["n"] == 40 and (tmp_path / "run" / "final" / "README.md").is_file()

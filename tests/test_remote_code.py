@@ -123,7 +123,7 @@ def test_package_and_remote_code_classes_give_the_same_logits(tmp_path):
 def test_the_folder_train_pushes_translates_without_the_package_through_auto_classes_and_pipeline(
     corpus, tmp_path, monkeypatch
 ):
-    """`train --push-to-hub` uploads its final folder (upload monkeypatched); that exact folder, in a process
+    """`train --push_to_hub` uploads its final folder (upload monkeypatched); that exact folder, in a process
     that cannot import vanilla_transformer, loads through AutoTokenizer + AutoModelForSeq2SeqLM and through
     pipeline("vanilla-translation", trust_remote_code=True), and translates as the package does in-process."""
     calls = []
@@ -145,9 +145,9 @@ def test_the_folder_train_pushes_translates_without_the_package_through_auto_cla
     config.write_text(json.dumps({"test_split": None, "model": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
                                   "encoder_layers": 1, "decoder_layers": 1}}))  # fmt: skip
     run = tmp_path / "run"
-    main(["train", "--config", str(config), "--data", str(corpus), "--output-dir", str(run), "--vocab-size", "400",
-          "--max-tokens", "512", "--max-steps", "2", "--warmup-steps", "2", "--save-every", "2",
-          "--eval-bleu-sentences", "0", "--no-progress", "--cpu", "--push-to-hub", "someone/vanilla-en-de"])  # fmt: skip
+    main(["train", "--config", str(config), "--dataset_name", str(corpus), "--output-dir", str(run), "--vocab-size", "400",
+          "--max-tokens", "512", "--max-steps", "2", "--warmup-steps", "2", "--save_steps", "2",
+          "--eval-bleu-sentences", "0", "--disable_tqdm", "--use_cpu", "--push_to_hub", "someone/vanilla-en-de"])  # fmt: skip
 
     # (c) one upload: the whole final folder, after the check that ran before training
     assert [c[0] for c in calls] == ["check", "create_repo", "upload_folder"]
@@ -218,7 +218,7 @@ def test_the_cards_how_to_use_snippet_runs_without_the_package_and_without_a_pro
     model.save_pretrained(folder)
     match_model_max_length(tokenizer, model.config)
     save_tokenizer(tokenizer, folder)
-    write_model_card(folder, config=TrainConfig(data="data/tatoeba_en_de"), model_config=model.config,
+    write_model_card(folder, config=TrainConfig(dataset_name="data/tatoeba_en_de"), model_config=model.config,
                      summary={"step": 1})  # fmt: skip
     for saved in (tmp_path / "tokenizer", folder):
         keys = set(json.loads((saved / "tokenizer_config.json").read_text()))

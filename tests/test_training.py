@@ -6,6 +6,7 @@ import math
 import os
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,18 +26,18 @@ TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_
 
 def tiny_run(corpus: Path, output_dir: Path, **overrides) -> TrainConfig:
     values = dict(
-        data=str(corpus), output_dir=str(output_dir), vocab_size=400, model={**TINY_MODEL, "dropout": 0.1},
-        max_tokens=512, max_steps=6, warmup_steps=4, lr_factor=2.0, eval_every=1000, save_every=3,
-        eval_bleu_sentences=8, eval_num_beams=1, progress=False, seed=3,
+        dataset_name=str(corpus), output_dir=str(output_dir), vocab_size=400, config_overrides={**TINY_MODEL, "dropout": 0.1},
+        max_tokens=512, max_steps=6, warmup_steps=4, lr_factor=2.0, eval_steps=1000, save_steps=3,
+        eval_bleu_sentences=8, generation_num_beams=1, disable_tqdm=True, seed=3,
     )  # fmt: skip
     return TrainConfig(**{**values, **overrides})
 
 
 def test_tensorboard_logging_writes_the_run_scalars(corpus, tmp_path):
-    """--log-with tensorboard: Accelerate's tracker writes event files holding the logged losses."""
+    """--report_to tensorboard: Accelerate's tracker writes event files holding the logged losses."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(tiny_run(corpus, tmp_path / "run", max_steps=50, eval_every=50, save_every=50, eval_bleu_sentences=0, log_with="tensorboard", test_split=None))
+    train(tiny_run(corpus, tmp_path / "run", max_steps=50, eval_steps=50, save_steps=50, eval_bleu_sentences=0, report_to="tensorboard", test_split=None))
     events = list((tmp_path / "run").rglob("events.out.tfevents.*"))
     assert events, "no TensorBoard event file"
     scalars = EventAccumulator(str(events[0].parent)).Reload().Tags()["scalars"]
@@ -64,7 +65,7 @@ def test_label_smoothing_matches_transformers_label_smoother(skip_logits):
 
 # ------------------------------------------------------------------ a real run
 def test_a_short_run_on_real_text_lowers_validation_loss_and_saves_a_hub_folder(corpus, tmp_path):
-    config = tiny_run(corpus, tmp_path / "run", max_steps=120, eval_every=60, save_every=40, warmup_steps=40, lr_factor=0.3)
+    config = tiny_run(corpus, tmp_path / "run", max_steps=120, eval_steps=60, save_steps=40, warmup_steps=40, lr_factor=0.3)
     summary = train(config)
     state = json.loads((list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "trainer_state.json").read_text())
     losses = [r["valid_loss"] for r in state["history"] if "valid_loss" in r]
@@ -93,7 +94,7 @@ def test_auto_mixed_precision_is_bf16_only_on_cpus_with_bf16_units(monkeypatch, 
 def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    train(tiny_run(corpus, tmp_path / "run", max_steps=2, save_every=2, mixed_precision="auto", cpu=True))
+    train(tiny_run(corpus, tmp_path / "run", max_steps=2, save_steps=2, mixed_precision="auto", use_cpu=True))
     saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert saved["mixed_precision"] == "no"
     assert "mixed precision `no`" in (tmp_path / "run" / "final" / "README.md").read_text()
@@ -101,10 +102,10 @@ def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path,
 
 # ------------------------------------------------------------------ what a run shows
 def test_the_progress_bar_counts_steps_or_with_a_time_budget_seconds_of_it(corpus, tmp_path, capsys, caplog):
-    train(tiny_run(corpus, tmp_path / "steps", max_steps=2, save_every=1, test_split=None, progress=True))
+    train(tiny_run(corpus, tmp_path / "steps", max_steps=2, save_steps=1, test_split=None, disable_tqdm=False))
     bars = capsys.readouterr().err
     assert re.search(r"training: 100%\|[^\n\r]*\| 2/2 ", bars), bars
-    train(tiny_run(corpus, tmp_path / "budget", max_steps=2, save_every=1, test_split=None, progress=True, max_minutes=10))
+    train(tiny_run(corpus, tmp_path / "budget", max_steps=2, save_steps=1, test_split=None, disable_tqdm=False, max_minutes=10))
     bars = capsys.readouterr().err
     assert re.search(r"training, step 2: +\d+%\|[^\n\r]*\| \d+/600 s, loss=", bars), bars  # seconds of 10 minutes
     assert not re.search(r"training: [^\n\r]*/1000000", bars)
@@ -116,7 +117,7 @@ def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
     from vanilla_transformer.visualization import FILES
 
     run = tmp_path / "run"
-    train(tiny_run(corpus, run, max_steps=2, eval_every=1, save_every=2, eval_bleu_sentences=0, test_split=None,
+    train(tiny_run(corpus, run, max_steps=2, eval_steps=1, save_steps=2, eval_bleu_sentences=0, test_split=None,
                    attention_pictures=3))  # fmt: skip
     for step in (1, 2):
         folder = run / "pictures" / f"step-{step}"
@@ -131,12 +132,69 @@ def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
 def test_resume_continues_exactly_where_the_run_stopped(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "full", max_steps=6))
     train(tiny_run(corpus, tmp_path / "split", max_steps=3))
-    train(tiny_run(corpus, tmp_path / "split", max_steps=6, resume=True))
+    train(tiny_run(corpus, tmp_path / "split", max_steps=6, resume_from_checkpoint="latest"))
     full = load_file(tmp_path / "full" / "checkpoints" / "checkpoint-6" / "model.safetensors")
     resumed = load_file(tmp_path / "split" / "checkpoints" / "checkpoint-6" / "model.safetensors")
     assert full.keys() == resumed.keys()
     for name in full:
         assert torch.equal(full[name], resumed[name]), name
+
+
+def test_resume_takes_the_newest_checkpoint_by_its_path_and_refuses_others(corpus, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_run(corpus, run, max_steps=4, save_steps=2))
+    with pytest.raises(ValueError, match="already holds checkpoints .checkpoint-4.; pass --resume_from_checkpoint"):
+        train(tiny_run(corpus, run, max_steps=6, save_steps=2))
+    with pytest.raises(ValueError, match="has newer checkpoints .checkpoint-4., which going on from checkpoint-2 would overwrite"):
+        train(tiny_run(corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(run / "checkpoints" / "checkpoint-2")))
+    with pytest.raises(ValueError, match="not a complete checkpoint of this run's folder"):
+        train(tiny_run(corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(tmp_path / "elsewhere")))
+    summary = train(tiny_run(corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(run / "checkpoints" / "checkpoint-4")))
+    assert summary["step"] == 6
+    assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+
+
+def test_the_time_budget_counts_the_minutes_of_the_runs_before_a_resume(corpus, tmp_path, capsys):
+    """A job preempted every hour must still stop once --max_minutes of training are spent in all (as fairseq does)."""
+    run = tmp_path / "run"
+    train(tiny_run(corpus, run, max_steps=2, save_steps=1, max_minutes=10))
+    state_file = run / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert 0 < state["elapsed_seconds"] < 600
+    state["elapsed_seconds"] = 10 * 60 - 0.5  # as if the earlier runs had spent all but half a second
+    state_file.write_text(json.dumps(state))
+    summary = train(tiny_run(corpus, run, max_steps=40, save_steps=1, max_minutes=10, resume_from_checkpoint="latest"))
+    assert summary["stop_reason"] == "max_minutes" and summary["step"] < 10
+    assert "min of the time budget spent" in capsys.readouterr().out
+
+
+def test_the_main_job_script_resumes_instead_of_deleting_the_run(tmp_path):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "keep-me").write_text("a run in progress")
+    env = {**os.environ, "OUTPUT_DIR": str(out)}
+    # --max_steps 0 is refused by train, after the script's own steps: what matters is what they did to the run
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "main.sh"), "--resume_from_checkpoint", "--max_steps", "0"],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode != 0 and "max_steps=0 is out of range" in done.stderr, done.stderr[-2000:]
+    assert (out / "keep-me").exists()
+
+
+def test_a_users_own_files_train_with_a_separate_validation_and_test_file(corpus, tmp_path):
+    """One TSV of training pairs, a TSV of validation pairs and a JSON-lines test file, as a user brings them."""
+    def pairs(split: str) -> list[tuple[str, str]]:
+        en, de = ((corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de"))
+        return list(zip(en, de))
+
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs("train")), encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs("valid")), encoding="utf-8")
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": a, "de": b}}) + "\n"
+                                                 for a, b in pairs("test")[:10]), encoding="utf-8")  # fmt: skip
+    summary = train(tiny_run(tmp_path / "no-corpus-here", tmp_path / "run", max_steps=2, save_steps=2,
+                             train_file=str(tmp_path / "pairs.tsv"), validation_file=str(tmp_path / "dev.tsv"),
+                             test_file=str(tmp_path / "test.jsonl"), eval_bleu_sentences=0))  # fmt: skip
+    assert summary["test"]["n"] == 10 and "valid_loss" in summary
+    assert len((tmp_path / "run" / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 10
 
 
 def test_half_written_checkpoints_are_ignored_and_reported(corpus, tmp_path, capsys):
@@ -146,7 +204,7 @@ def test_half_written_checkpoints_are_ignored_and_reported(corpus, tmp_path, cap
     broken.mkdir()
     (broken / "model.safetensors").write_bytes(b"garbage")
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["checkpoint-3"]
-    train(tiny_run(corpus, run, max_steps=6, resume=True))
+    train(tiny_run(corpus, run, max_steps=6, resume_from_checkpoint="latest"))
     printed = capsys.readouterr().out
     assert "ignoring incomplete checkpoint .tmp-checkpoint-6" in printed and "resumed from checkpoint-3" in printed
     assert not broken.exists()
@@ -154,7 +212,7 @@ def test_half_written_checkpoints_are_ignored_and_reported(corpus, tmp_path, cap
 
 
 def test_keeps_only_the_last_k_checkpoints(corpus, tmp_path):
-    train(tiny_run(corpus, tmp_path / "run", max_steps=8, save_every=2, keep_checkpoints=2, average_last=2))
+    train(tiny_run(corpus, tmp_path / "run", max_steps=8, save_steps=2, save_total_limit=2, average_last=2))
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-6", "checkpoint-8"]
 
 
@@ -172,13 +230,13 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_the_run_res
 
     monkeypatch.setattr(Accelerator, "save_state", full_disk)
     with pytest.raises(OSError, match="checkpoint-4 failed .No space left on device.*checkpoint-2, is intact") as error:
-        train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2))
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2))
     assert error.value.errno == errno.ENOSPC
     checkpoints = tmp_path / "run" / "checkpoints"
     assert [p.name for p in checkpoints.iterdir()] == ["checkpoint-2"]  # the half-written folder is gone
     monkeypatch.setattr(Accelerator, "save_state", real)
-    train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2, resume=True))
-    train(tiny_run(corpus, tmp_path / "full", max_steps=6, save_every=2))
+    train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2, resume_from_checkpoint="latest"))
+    train(tiny_run(corpus, tmp_path / "full", max_steps=6, save_steps=2))
     a = load_file(checkpoints / "checkpoint-6" / "model.safetensors")
     b = load_file(tmp_path / "full" / "checkpoints" / "checkpoint-6" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -197,10 +255,10 @@ def test_a_non_finite_loss_stops_the_run_before_its_next_checkpoint_and_keeps_th
     monkeypatch.setattr(training, "_loss_sums", poisoned)
     # found at the next checkpoint (step 4), before it is written: no checkpoint holds the updates of a NaN loss
     with pytest.raises(FloatingPointError, match="in steps 3-4, found before any checkpoint of it was written; the newest checkpoint.*checkpoint-2"):
-        train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2))
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2))
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
     monkeypatch.setattr(training, "_loss_sums", real)
-    summary = train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_every=2, resume=True))
+    summary = train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2, resume_from_checkpoint="latest"))
     assert summary["step"] == 6
     weights = load_file(tmp_path / "run" / "final" / "model.safetensors")
     assert all(torch.isfinite(w).all() for w in weights.values())
@@ -251,8 +309,8 @@ def test_a_training_step_reads_nothing_back_from_the_device_between_logging_step
 
     monkeypatch.setattr(training, "test_delay", mark)
     with counter.mode:
-        train(tiny_run(corpus, tmp_path / "run", max_steps=12, log_every=4, eval_every=6, save_every=6,
-                       gradient_accumulation=gradient_accumulation, test_split=None))  # fmt: skip
+        train(tiny_run(corpus, tmp_path / "run", max_steps=12, logging_steps=4, eval_steps=6, save_steps=6,
+                       gradient_accumulation_steps=gradient_accumulation, test_split=None))  # fmt: skip
     per_step = counter.per_step[1:]  # per_step[k - 1]: from the start of step k to the start of step k + 1
     assert len(per_step) == 12
     quiet = [k for k in range(1, 13) if k % 4 and k % 6]
@@ -263,14 +321,14 @@ def test_a_training_step_reads_nothing_back_from_the_device_between_logging_step
 # ------------------------------------------------------------------ bad input, before any training
 def test_refuses_to_overwrite_a_run_without_resume(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "run", max_steps=3))
-    with pytest.raises(ValueError, match="--resume"):
+    with pytest.raises(ValueError, match="--resume_from_checkpoint"):
         train(tiny_run(corpus, tmp_path / "run", max_steps=6))
 
 
 def test_resuming_with_another_model_size_says_so(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "run", max_steps=3))
     with pytest.raises(ValueError, match="Cannot resume.*shape"):
-        train(tiny_run(corpus, tmp_path / "run", max_steps=6, resume=True, model={**TINY_MODEL, "d_model": 96}))
+        train(tiny_run(corpus, tmp_path / "run", max_steps=6, resume_from_checkpoint="latest", config_overrides={**TINY_MODEL, "d_model": 96}))
 
 
 def test_missing_corpus_fails_before_training(tmp_path):
@@ -312,17 +370,17 @@ def _free_port() -> str:
 
 @pytest.mark.timeout(600)
 def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
-    common = ["--data", str(corpus), "--vocab-size", "400", "--model-json", json.dumps({**TINY_MODEL, "dropout": 0.0}),
-              "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval-every", "1000",
-              "--save-every", "4", "--eval-bleu-sentences", "0", "--seed", "3", "--no-progress"]  # fmt: skip
+    common = ["--dataset_name", str(corpus), "--vocab-size", "400", "--config_overrides", json.dumps({**TINY_MODEL, "dropout": 0.0}),
+              "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval_steps", "1000",
+              "--save_steps", "4", "--eval-bleu-sentences", "0", "--seed", "3", "--disable_tqdm"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     # the tokenizer is trained once and shared, so both runs see identical ids
-    one = run_processes([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "2",
+    one = run_processes([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient_accumulation_steps", "2",
                          "--output-dir", str(tmp_path / "one")], env, timeout=240)  # fmt: skip
     assert one.returncode == 0, one.stderr[-3000:]
     two = run_processes([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
-                         "-m", "vanilla_transformer", "train", *common, "--gradient-accumulation", "1",
-                         "--tokenizer", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
+                         "-m", "vanilla_transformer", "train", *common, "--gradient_accumulation_steps", "1",
+                         "--tokenizer_name", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
                         env, timeout=240)  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]
     a = load_file(tmp_path / "one" / "checkpoints" / "checkpoint-4" / "model.safetensors")

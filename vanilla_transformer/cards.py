@@ -87,10 +87,10 @@ DATASETS: dict[str, dict[str, str | None]] = {
 
 # ------------------------------------------------------------------ pieces shared by the cards
 def _dataset(config: Any) -> dict[str, str | None]:
-    key = Path(str(config.data)).name
+    key = Path(str(config.dataset_name)).name
     if key in DATASETS:
         return DATASETS[key]
-    return {"hub_id": None, "title": f"`{config.data}`", "about": None, "licence": "see the data's own terms",
+    return {"hub_id": None, "title": f"`{config.dataset_name}`", "about": None, "licence": "see the data's own terms",
             "caveat": None, "citation": None}  # fmt: skip
 
 
@@ -118,8 +118,8 @@ def architecture_table(mc: Any) -> str:
 
 def _eval_results(config: Any, test: dict, dataset: dict) -> list[EvalResult]:
     """model-index entries: the test split's sacreBLEU and chrF exactly as measured, signatures as metric_config."""
-    pair = f"{config.src_lang}-{config.tgt_lang}"
-    dataset_type = dataset["hub_id"] or Path(str(config.data)).name
+    pair = f"{config.source_lang}-{config.target_lang}"
+    dataset_type = dataset["hub_id"] or Path(str(config.dataset_name)).name
     return [
         EvalResult(
             task_type="translation",
@@ -172,15 +172,15 @@ def build_model_card(
     ``command`` names the command that measured the scores and ``provenance`` adds lines about where the
     results file comes from (versions, revision); both default to the training run itself.
     """
-    pair = f"{config.src_lang}-{config.tgt_lang}"
-    overrides = ", ".join(f"{k}={v}" for k, v in config.model.items()) or "none"
+    pair = f"{config.source_lang}-{config.target_lang}"
+    overrides = ", ".join(f"{k}={v}" for k, v in config.config_overrides.items()) or "none"
     dataset = _dataset(config)
     if dataset_name:
         dataset = {**dataset, "hub_id": dataset_name}
     name = name or f"vanilla-transformer-{pair}"
     test = summary.get("test")
     data = ModelCardData(
-        language=[config.src_lang, config.tgt_lang],
+        language=[config.source_lang, config.target_lang],
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag="translation",
@@ -191,16 +191,16 @@ def build_model_card(
         eval_results=_eval_results(config, test, dataset) if test else None,
     )
     known_vocab = model_config is not None
-    mc = model_config if known_vocab else preset_config(config.preset, **config.model)
-    if config.tokenizer:
-        vocab = f"the tokenizer `{config.tokenizer}`" + (f", {mc.vocab_size} tokens" if known_vocab else "")
+    mc = model_config if known_vocab else preset_config(config.preset, **config.config_overrides)
+    if config.tokenizer_name:
+        vocab = f"the tokenizer `{config.tokenizer_name}`" + (f", {mc.vocab_size} tokens" if known_vocab else "")
     elif known_vocab:
         vocab = f"{mc.vocab_size} tokens, a joint byte-level BPE of both languages trained on the training split"
     else:
         vocab = f"a joint byte-level BPE of both languages trained on the training split (vocab_size {config.vocab_size} requested)"
     origin = (
-        f"initialised from `{config.init_from}`"
-        if config.init_from
+        f"initialised from `{config.model_name_or_path}`"
+        if config.model_name_or_path
         else f"`{config.preset}` preset of Table 3 with overrides {overrides}"
     )
     if command:
@@ -226,7 +226,7 @@ def build_model_card(
         valid = f"\n- At the last validation: loss {summary['valid_loss']:.3f}, perplexity {summary['valid_ppl']:.2f}"
         if "valid_bleu" in summary:
             valid += (f", sacreBLEU {summary['valid_bleu']:.2f} on up to the first {config.eval_bleu_sentences} "
-                      f"`{config.valid_split}` sentences")  # fmt: skip
+                      f"`{config.validation_split}` sentences")  # fmt: skip
     dropped = ""
     if summary.get("dropped"):
         dropped = "\n- Pairs dropped (empty or longer than max_length): " + ", ".join(
@@ -244,11 +244,11 @@ def build_model_card(
     n = summary.get("processes", 1)  # results written before it was recorded: one process
     processes = "1 process" if n == 1 else f"{n} data-parallel processes"
     clipping = f"gradient clipping at norm {config.max_grad_norm}" if config.max_grad_norm else "no gradient clipping"
-    caveat = f"\n- {dataset['caveat']}" if dataset.get("caveat") and config.src_lang == "de" else ""
+    caveat = f"\n- {dataset['caveat']}" if dataset.get("caveat") and config.source_lang == "de" else ""
     body = f"""
 # {name}
 
-The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), {config.src_lang}→{config.tgt_lang}, trained
+The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), {config.source_lang}→{config.target_lang}, trained
 from scratch with the `vanilla_transformer` package's implementation of the paper's recipe (§5) on
 {dataset["title"]}.
 
@@ -276,14 +276,14 @@ The paper's architecture, {origin}:
 
 ## Training recipe
 
-- Data: `{config.data}`, splits `{config.train_split}` / `{config.valid_split}` / `{config.test_split}`, pairs longer
+- Data: `{config.dataset_name}`, splits `{config.train_split}` / `{config.validation_split}` / `{config.test_split}`, pairs longer
   than {config.max_length} tokens on either side dropped (never truncated).
 - Batches of sentence pairs of similar length, at most {config.max_tokens} padded tokens per side
-  × {config.gradient_accumulation} accumulation × {processes} (§5.1), seed {config.seed}.
+  × {config.gradient_accumulation_steps} accumulation × {processes} (§5.1), seed {config.seed}.
 - Adam(β1 {config.adam_beta1}, β2 {config.adam_beta2}, ε {config.adam_epsilon}), the paper's learning rate with
-  {config.warmup_steps} warm-up steps, × lr_factor {config.lr_factor} (§5.3); label smoothing {config.label_smoothing} (§5.4);
+  {config.warmup_steps} warm-up steps, × lr_factor {config.lr_factor} (§5.3); label smoothing {config.label_smoothing_factor} (§5.4);
   {clipping}; mixed precision `{config.mixed_precision}`.
-- Budget: {budget}; checkpoints every {config.save_every} steps and at the stop; {averaged_text} (§6.1).
+- Budget: {budget}; checkpoints every {config.save_steps} steps and at the stop; {averaged_text} (§6.1).
 
 What the run did:
 

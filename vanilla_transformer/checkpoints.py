@@ -336,7 +336,7 @@ def _write_failed(final: Path, checkpoint_dir: Path, error: OSError | None) -> O
     return OSError(
         getattr(error, "errno", None),
         f"Writing checkpoint {final.name} failed ({reason}); the half-written folder was removed "
-        f"and {kept}. Free disk space (or lower keep_checkpoints) and rerun with --resume.",
+        f"and {kept}. Free disk space (or lower save_total_limit) and rerun with --resume_from_checkpoint.",
     )
 
 

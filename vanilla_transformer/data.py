@@ -36,6 +36,7 @@ __all__ = [
     "TokenBucketBatchSampler",
     "collate_batch",
     "load_parallel_corpus",
+    "read_text_lines",
     "tokenize_corpus",
 ]
 
@@ -232,6 +233,15 @@ def _iter_utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield lineno, line.rstrip("\r\n")
     except gzip.BadGzipFile as err:
         raise ValueError(f"{path} ends in .gz but is not a gzip file ({err}).") from None
+
+
+def read_text_lines(path: str | os.PathLike) -> list[str]:
+    """Every line of a UTF-8 text file (``.gz`` too), without its line ending; blank lines are kept.
+
+    Raises:
+        ValueError: the file is missing, is not UTF-8 (the message names the line), or is not gzip despite ``.gz``.
+    """
+    return [line for _, line in _iter_utf8_lines(_require_file(Path(path).expanduser()))]
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -242,7 +242,7 @@ def export_ctranslate2(
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}.")
     output_dir = Path(output_dir)
     if output_dir.exists() and not force:
-        raise ValueError(f"{str(output_dir)!r} exists; choose another --output-dir or pass --force to replace it.")
+        raise ValueError(f"{str(output_dir)!r} exists; choose another --output_dir or pass --force to replace it.")
     model, tokenizer = load_model_and_tokenizer(model_dir)
     config = model.config
     refused = unexportable_fields(config)
@@ -305,8 +305,8 @@ class CTranslate2Translator:
         folder = Path(folder)
         if not (folder / EXPORT_FILE).is_file() or not (folder / "model.bin").is_file():
             hint = (
-                f"it looks like a saved model: export it first with `vanilla-transformer export --model {folder} "
-                f"--output-dir DIR`, then use DIR"
+                f"it looks like a saved model: export it first with `vanilla-transformer export --model_name_or_path {folder} "
+                f"--output_dir DIR`, then use DIR"
                 if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
                 else "give the folder that `vanilla-transformer export` wrote"
             )

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["DELAY_POINTS", "DELAYS_VARIABLE", "agree", "any_process", "on_main_process", "sum_over_processes", "test_delay"]
+__all__ = ["DELAY_POINTS", "DELAYS_VARIABLE", "MainProcessFailed", "agree", "any_process", "on_main_process", "sum_over_processes", "test_delay"]
 
 T = TypeVar("T")
 
@@ -158,10 +158,14 @@ def any_process(accelerator: Any, flag: bool) -> bool:
     return bool(count.item() > 0)
 
 
+class MainProcessFailed(RuntimeError):
+    """Raised on the other processes when the main process's work failed (its own error says why)."""
+
+
 def on_main_process(accelerator: Any, what: str, work: Callable[[], T]) -> T | None:
     """``work()`` on the main process while the others wait; then every process learns whether it failed.
 
-    The main process re-raises its own error; the others raise a ``RuntimeError`` that points to it. On the
+    The main process re-raises its own error; the others raise :class:`MainProcessFailed`, which points to it. On the
     main process, returns ``work()``'s result; elsewhere ``None``.
     """
     result, error = None, None
@@ -174,5 +178,5 @@ def on_main_process(accelerator: Any, what: str, work: Callable[[], T]) -> T | N
     if error is not None:
         raise error
     if failed is not None:
-        raise RuntimeError(f"The main process failed while {what} ({failed}); its message above says more.")
+        raise MainProcessFailed(f"The main process failed while {what} ({failed}); its message above says more.")
     return result

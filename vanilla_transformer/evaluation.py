@@ -132,7 +132,7 @@ def translate(
             and ``dtype`` are chosen when it is exported and loaded).
         tokenizer: the tokenizer the model was trained with (``train_joint_bpe``); it must append
             ``</s>`` to sources, as ours does.
-        texts: source sentences, one string each.
+        texts: source sentences, one string each; a blank one gives an empty translation.
         batch_size: sentences per batch (ignored when ``max_tokens`` is given).
         max_tokens: if given, batch by size instead: at most this many padded *source* tokens per
             batch (a longer sentence gets a batch of its own). Beam search multiplies the work of a
@@ -154,6 +154,16 @@ def translate(
             that limit is refused by the model during generation; sinusoidal positions have no limit.)
     """
     texts = _check_texts("texts", texts)
+    filled = [i for i, text in enumerate(texts) if text.strip()]
+    if len(filled) < len(texts):  # a blank line translates to a blank line, not to what the model makes of "</s>"
+        outputs = [""] * len(texts)
+        if filled:
+            done = translate(model, tokenizer, [texts[i] for i in filled], batch_size=batch_size, max_tokens=max_tokens,
+                             num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_new_tokens,
+                             device=device, dtype=dtype, progress=progress)  # fmt: skip
+            for i, text in zip(filled, done, strict=True):
+                outputs[i] = text
+        return outputs
     if isinstance(model, CTranslate2Translator):
         unused = {"max_tokens": max_tokens, "device": device, "dtype": dtype}
         given = [name for name, value in unused.items() if value is not None]

@@ -447,7 +447,7 @@ def finetune(
 
     if model is not None:
         if model_overrides:
-            raise ValueError("model_overrides (sizes) only apply to a fresh preset, not to a saved --model.")
+            raise ValueError("model_overrides (sizes) only apply to a fresh preset, not to a saved --model_name_or_path.")
         net, tok = load_model_and_tokenizer(model, tokenizer, attn_implementation=attn_implementation)
     else:
         tok = load_tokenizer(tokenizer) if tokenizer is not None else None

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer, drop_load_time_keys
 
-__all__ = ["PRESETS", "load_model", "load_model_and_tokenizer", "load_tokenizer", "new_model", "preset_config"]
+__all__ = ["PRESETS", "check_config_overrides", "load_model", "load_model_and_tokenizer", "load_tokenizer", "new_model", "preset_config"]
 
 #: The configurations of Table 3, as ``VanillaTransformerConfig.base()`` / ``.big()``.
 PRESETS = ("base", "big")
@@ -29,11 +31,28 @@ def preset_config(preset: str, **overrides: Any) -> VanillaTransformerConfig:
     """The configuration of a Table 3 preset, with ``overrides`` (e.g. ``d_model=256``) in place of its values.
 
     Raises:
-        ValueError: ``preset`` is not one of :data:`PRESETS`.
+        ValueError: ``preset`` is not one of :data:`PRESETS`, or an override is not a setting of the model.
     """
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}, got {preset!r}.")
+    check_config_overrides(overrides)
     return getattr(VanillaTransformerConfig, preset)(**overrides)
+
+
+def check_config_overrides(overrides: dict[str, Any], where: str = "model settings") -> None:
+    """Refuse a name that is not a setting of :class:`VanillaTransformerConfig` (which would keep it as an unused
+    attribute, so that a typo such as ``d_modl`` would train the preset's size and be saved in ``config.json``)."""
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{where} must be a mapping of setting names to values, e.g. {{\"d_model\": 256}}; got {overrides!r}.")
+    known = {field.name for field in dataclasses.fields(VanillaTransformerConfig)} | {"attn_implementation"}
+    for name in overrides:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), sorted(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{where}: {name!r} is not a setting of VanillaTransformerConfig.{hint} The settings are: "
+                f"{', '.join(sorted(known - {'transformers_version', 'architectures', 'id2label', 'label2id'}))}."
+            )
 
 
 def new_model(preset: str, tokenizer: Any, **overrides: Any) -> VanillaTransformerForConditionalGeneration:

@@ -67,17 +67,18 @@ class _Split:
 def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
     """Load the corpus, get the tokenizer (load or train the joint BPE), tokenise, drop over-long pairs."""
     test_delay("data", accelerator.process_index)
-    corpus = load_parallel_corpus(config.data, config.src_lang, config.tgt_lang, hub_config=config.hub_config)
-    for needed in (config.train_split, config.valid_split):
+    corpus = _load_corpus(config)
+    for needed in (config.train_split, config.validation_split):
         if needed not in corpus:
             raise ValueError(
-                f"The corpus {config.data!r} has splits {sorted(corpus)}, not {needed!r}. "
-                f"Set train_split / valid_split to existing ones."
+                f"The corpus {config.dataset_name!r} has splits {sorted(corpus)}, not {needed!r}. Set train_split / "
+                f"validation_split to existing ones, or give the pairs as files: --train_file, --validation_file, "
+                f"--test_file."
             )
     tokenizer_dir = output_dir / "tokenizer"
     test_delay("tokenizer", accelerator.process_index)
-    if config.tokenizer is not None:
-        tokenizer = load_tokenizer(config.tokenizer)
+    if config.tokenizer_name is not None:
+        tokenizer = load_tokenizer(config.tokenizer_name)
     else:
         # Only the main process looks at the disk: it trains the BPE unless the run already has one (a resume),
         # while every other process waits for it, whatever it would see in the folder itself.
@@ -92,13 +93,27 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
         tokenizer = load_tokenizer(tokenizer_dir)
 
     splits, dropped = {}, {}
-    for name in {config.train_split, config.valid_split, config.test_split} - {None}:
+    for name in {config.train_split, config.validation_split, config.test_split} - {None}:
         if name not in corpus:
             continue
         tokenized, n_dropped = tokenize_corpus(corpus[name], tokenizer, max_length=config.max_length)
         splits[name] = _Split(tokenized["input_ids"], tokenized["labels"], tokenized["source"], tokenized["target"])
         dropped[name] = n_dropped
     return tokenizer, splits, dropped
+
+
+def _load_corpus(config: TrainConfig) -> dict:
+    """The splits of ``dataset_name``, or of ``train_file`` alone; ``validation_file`` and ``test_file`` replace
+    (or add) the validation and test splits."""
+    langs = (config.source_lang, config.target_lang)
+    if config.train_file is not None:
+        corpus = {config.train_split: load_parallel_corpus(config.train_file, *langs, split=config.train_split)}
+    else:
+        corpus = dict(load_parallel_corpus(config.dataset_name, *langs, hub_config=config.dataset_config_name))
+    for split, path in ((config.validation_split, config.validation_file), (config.test_split, config.test_file)):
+        if path is not None and split is not None:
+            corpus[split] = load_parallel_corpus(path, *langs, split=split)
+    return corpus
 
 
 def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -120,9 +135,9 @@ def _target_tokens(split: _Split, indices: list[int]) -> int:
 # The loop
 # --------------------------------------------------------------------------------------------
 def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditionalGeneration:
-    if config.init_from is None:
-        return new_model(config.preset, tokenizer, **config.model)
-    model = load_model(config.init_from)
+    if config.model_name_or_path is None:
+        return new_model(config.preset, tokenizer, **config.config_overrides)
+    model = load_model(config.model_name_or_path)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model
 
@@ -154,7 +169,7 @@ def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad
     for indices in sampler:
         batch = {k: v.to(accelerator.device) for k, v in _collate(split, indices, pad_token_id).items()}
         with accelerator.autocast():
-            smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
+            smoothed, nll = _loss_sums(model, batch, config.label_smoothing_factor)
         totals[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
         totals[2] += _target_tokens(split, indices)
     totals = sum_over_processes(accelerator, totals)  # (padding batches repeated on some ranks count twice: negligible)
@@ -169,7 +184,7 @@ def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accel
         return {}
     unwrapped = accelerator.unwrap_model(model)
     unwrapped.eval()
-    hypotheses = translate(unwrapped, tokenizer, split.sources[:n], num_beams=config.eval_num_beams)
+    hypotheses = translate(unwrapped, tokenizer, split.sources[:n], num_beams=config.generation_num_beams)
     unwrapped.train()
     result = score(hypotheses, split.targets[:n])
     return {"valid_bleu": result["bleu"], "valid_chrf": result["chrf"], "example": hypotheses[0]}
@@ -212,9 +227,9 @@ def train(config: TrainConfig) -> dict:
     ``train_config.json``, ``results.json``; with ``attention_pictures``, ``pictures/step-<step>/``.
     """
     start_time = time.monotonic()
-    if config.push_to_hub is not None:
-        _check_hub_upload_possible(config.push_to_hub)  # before training, not after hours of it
-    on_cpu = config.cpu or not _has_accelerator()
+    if config.push_to_hub:
+        _check_hub_upload_possible(config.hub_model_id)  # before training, not after hours of it
+    on_cpu = config.use_cpu or not _has_accelerator()
     config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision, on_cpu))
     output_dir = Path(config.output_dir)
     checkpoint_dir = output_dir / "checkpoints"
@@ -222,7 +237,7 @@ def train(config: TrainConfig) -> dict:
         # without a GPU (or other accelerator), cpu=True lets accelerate see torchrun's processes (gloo)
         cpu=on_cpu,
         mixed_precision=config.mixed_precision,
-        log_with=config.log_with,
+        log_with=config.report_to,
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, whatever the process count
     )
@@ -233,16 +248,17 @@ def train(config: TrainConfig) -> dict:
     test_delay("checkpoints", accelerator.process_index)
     # What the main process finds on disk, for all: a process that looked itself could see another's new files.
     existing = [checkpoint_dir / name for name in agree(accelerator, [p.name for p in list_checkpoints(checkpoint_dir)])]
-    if existing and not config.resume:
+    if existing and not config.resume_from_checkpoint:
         raise ValueError(
-            f"{checkpoint_dir} already holds checkpoints ({existing[-1].name}); pass --resume to continue that run "
-            f"or choose another --output-dir."
+            f"{checkpoint_dir} already holds checkpoints ({existing[-1].name}); pass --resume_from_checkpoint to "
+            f"continue that run or choose another --output_dir."
         )
+    resume_from = _checkpoint_to_resume(config.resume_from_checkpoint, existing, checkpoint_dir)
     set_seed(config.seed)
 
     tokenizer, splits, dropped = _prepare_data(config, accelerator, output_dir)
     log(f"data ready in {time.monotonic() - start_time:.0f} s")
-    train_split, valid_split = splits[config.train_split], splits[config.valid_split]
+    train_split, valid_split = splits[config.train_split], splits[config.validation_split]
     if config.attention_pictures is not None:  # fail now, not at the first evaluation
         require_matplotlib()
         if config.attention_pictures >= len(valid_split.sources):
@@ -276,15 +292,16 @@ def train(config: TrainConfig) -> dict:
         rank=accelerator.process_index,
         drop_last=True,
     )
-    if len(sampler) < config.gradient_accumulation:
+    if len(sampler) < config.gradient_accumulation_steps:
         raise ValueError(
-            f"Only {len(sampler)} batches per process per epoch, fewer than gradient_accumulation="
-            f"{config.gradient_accumulation}; lower max_tokens or gradient_accumulation."
+            f"Only {len(sampler)} batches per process per epoch, fewer than gradient_accumulation_steps="
+            f"{config.gradient_accumulation_steps}; lower max_tokens or gradient_accumulation_steps."
         )
-    steps_per_epoch = len(sampler) // config.gradient_accumulation
+    steps_per_epoch = len(sampler) // config.gradient_accumulation_steps
 
-    state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "target_tokens": 0, "loop_seconds": 0.0, "history": []}
-    if config.resume:
+    state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "target_tokens": 0, "loop_seconds": 0.0, "elapsed_seconds": 0.0,
+             "history": []}  # fmt: skip
+    if config.resume_from_checkpoint:
         def remove_incomplete() -> None:
             for broken in incomplete_checkpoints(checkpoint_dir):
                 what = "a deletion" if broken.name.startswith(".tmp-deleting-") else "a save"
@@ -292,24 +309,27 @@ def train(config: TrainConfig) -> dict:
                 shutil.rmtree(broken, ignore_errors=True)
 
         on_main_process(accelerator, "removing incomplete checkpoints", remove_incomplete)
-        if existing:
+        if resume_from is not None:
             test_delay("resume", accelerator.process_index)
-            _check_resume_compatible(existing[-1], accelerator.unwrap_model(model))
-            accelerator.load_state(str(existing[-1]))
-            state = json.loads((existing[-1] / STATE_FILE).read_text())
-            log(f"resumed from {existing[-1].name} (step {state['step']}, epoch {state['epoch']})")
+            _check_resume_compatible(resume_from, accelerator.unwrap_model(model))
+            accelerator.load_state(str(resume_from))
+            state = {"elapsed_seconds": 0.0, **json.loads((resume_from / STATE_FILE).read_text())}
+            log(f"resumed from {resume_from.name} (step {state['step']}, epoch {state['epoch']}, "
+                f"{state['elapsed_seconds'] / 60:.1f} min of the time budget spent)")  # fmt: skip
         else:
-            log("--resume: no checkpoint found, starting from scratch")
+            log("--resume_from_checkpoint: no checkpoint found, starting from scratch")
     if accelerator.is_main_process:
         write_json_atomically(output_dir / "train_config.json", dataclasses.asdict(config))
-    if config.log_with:
+    if config.report_to:
         accelerator.init_trackers("vanilla_transformer", config={k: str(v) for k, v in dataclasses.asdict(config).items()})
 
     model.train()
     log(f"training from step {state['step']} to step {config.max_steps}"
         + (f" or {config.max_minutes:g} minutes" if config.max_minutes else ""))  # fmt: skip
-    bar = _progress_bar(config, state["step"], start_time, show=config.progress and accelerator.is_local_main_process)
-    deadline = start_time + config.max_minutes * 60 if config.max_minutes else None
+    # The time budget counts every run of this training: a resumed run goes on from where its checkpoint stopped.
+    budget_start = start_time - state["elapsed_seconds"]
+    bar = _progress_bar(config, state["step"], budget_start, show=not config.disable_tqdm and accelerator.is_local_main_process)
+    deadline = budget_start + config.max_minutes * 60 if config.max_minutes else None
     # Sums since the last record, kept on the device: a step reads nothing back (it would wait for the device);
     # they are read at logging steps and before each checkpoint.
     window = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # smoothed-loss sum, NLL sum, tokens
@@ -323,7 +343,7 @@ def train(config: TrainConfig) -> dict:
         if batches_epoch != state["epoch"]:  # this process's batches of the epoch, in the epoch's order
             sampler.set_epoch(state["epoch"])
             epoch_batches, batches_epoch = list(sampler), state["epoch"]
-        k, accumulation = state["step_in_epoch"], config.gradient_accumulation
+        k, accumulation = state["step_in_epoch"], config.gradient_accumulation_steps
         micro_indices = epoch_batches[k * accumulation : (k + 1) * accumulation]
         micro = [_collate(train_split, indices, pad_id) for indices in micro_indices]
         # Normalise by the target tokens of the whole global batch (all micro-batches, all processes), so
@@ -336,7 +356,7 @@ def train(config: TrainConfig) -> dict:
             batch = {key: value.to(accelerator.device, non_blocking=True) for key, value in batch.items()}
             with accelerator.no_sync(model) if i < len(micro) - 1 else nullcontext():
                 with accelerator.autocast():
-                    smoothed, nll = _loss_sums(model, batch, config.label_smoothing)
+                    smoothed, nll = _loss_sums(model, batch, config.label_smoothing_factor)
                 accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
             window[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
         window[2] += local
@@ -353,14 +373,15 @@ def train(config: TrainConfig) -> dict:
         state["loop_seconds"] = time.monotonic() - loop_start
         if state["step_in_epoch"] == steps_per_epoch:
             state["epoch"], state["step_in_epoch"] = state["epoch"] + 1, 0
-        _advance(bar, config, state["step"], start_time)
+        state["elapsed_seconds"] = time.monotonic() - budget_start
+        _advance(bar, config, state["step"], budget_start)
 
         if state["step"] >= config.max_steps:
             stop_reason = "max_steps"
         elif deadline is not None and _past_deadline(deadline, accelerator):
             stop_reason = "max_minutes"
-        logging_step = state["step"] % config.log_every == 0 or bool(stop_reason)
-        saving_step = state["step"] % config.save_every == 0 or bool(stop_reason)
+        logging_step = state["step"] % config.logging_steps == 0 or bool(stop_reason)
+        saving_step = state["step"] % config.save_steps == 0 or bool(stop_reason)
         record = None
         if logging_step or saving_step:  # the only reads from the device between evaluations
             sums = window.tolist()
@@ -373,7 +394,7 @@ def train(config: TrainConfig) -> dict:
                 steps = f"step {state['step']}" if unchecked_from == state["step"] else f"steps {unchecked_from}-{state['step']}"
                 raise FloatingPointError(
                     f"Non-finite training loss in {steps}, found before any checkpoint of it was written; {kept}. "
-                    f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume; with fp16, use bf16."
+                    f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume_from_checkpoint; with fp16, use bf16."
                 )
             unchecked_from = state["step"] + 1
         if logging_step:
@@ -383,7 +404,7 @@ def train(config: TrainConfig) -> dict:
                       "target_tokens_per_s": state["target_tokens"] / max(state["loop_seconds"], 1e-9)}  # fmt: skip
             window.zero_()
             bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}")
-        if state["step"] % config.eval_every == 0 or stop_reason:
+        if state["step"] % config.eval_steps == 0 or stop_reason:
             test_delay("evaluate", accelerator.process_index)
             record = {**(record or {"step": state["step"]}), **_validation_loss(model, valid_split, config, accelerator, pad_id)}
             record.update(_validation_bleu(model, tokenizer, valid_split, config, accelerator))
@@ -392,11 +413,11 @@ def train(config: TrainConfig) -> dict:
             log(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
         if record is not None:
             state["history"].append(record)
-            if config.log_with:
+            if config.report_to:
                 accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=state["step"])
-        if state["step"] % config.save_every == 0 or stop_reason:
+        if state["step"] % config.save_steps == 0 or stop_reason:
             test_delay("save", accelerator.process_index)
-            save_checkpoint(accelerator, checkpoint_dir, state, config.keep_checkpoints)
+            save_checkpoint(accelerator, checkpoint_dir, state, config.save_total_limit)
     bar.close()
     train_seconds = time.monotonic() - start_time
     test_delay("finish", accelerator.process_index)
@@ -405,14 +426,14 @@ def train(config: TrainConfig) -> dict:
     if accelerator.is_main_process:
         write_json_atomically(output_dir / "results.json", summary)
     accelerator.end_training()
-    if accelerator.is_main_process and config.push_to_hub is not None:
-        log(f"uploading {summary['final_dir']} to the Hub repository {config.push_to_hub}")
+    if accelerator.is_main_process and config.push_to_hub:
+        log(f"uploading {summary['final_dir']} to the Hub repository {config.hub_model_id}")
         try:
-            summary["hub_commit"] = push_folder_to_hub(summary["final_dir"], config.push_to_hub)
+            summary["hub_commit"] = push_folder_to_hub(summary["final_dir"], config.hub_model_id, private=config.hub_private_repo)
         except Exception as error:
             raise RuntimeError(
-                f"Training finished and {summary['final_dir']} is complete, but the upload to {config.push_to_hub} "
-                f"failed ({type(error).__name__}: {error}). Retry with `hf upload {config.push_to_hub} {summary['final_dir']}`."
+                f"Training finished and {summary['final_dir']} is complete, but the upload to {config.hub_model_id} "
+                f"failed ({type(error).__name__}: {error}). Retry with `hf upload {config.hub_model_id} {summary['final_dir']}`."
             ) from error
         write_json_atomically(output_dir / "results.json", summary)
     return summary
@@ -434,10 +455,13 @@ def _check_hub_upload_possible(repo_id: str) -> None:
         )
 
 
-def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: str | None = None) -> str:
+def push_folder_to_hub(
+    folder: str | os.PathLike, repo_id: str, commit_message: str | None = None, private: bool | None = None
+) -> str:
     """Upload every file of ``folder`` to the Hub model repository ``repo_id`` in one commit; return its URL.
 
-    The repository is created if it does not exist (public, unless your account's default is private).
+    The repository is created if it does not exist: private with ``private=True``, else public unless your
+    account's default is private.
     The training command uploads its ``final/`` folder: weights, ``config.json`` (with ``auto_map`` and
     ``custom_pipelines``), ``generation_config.json``, the tokenizer, the model card ``README.md`` and the
     three Hub-portable files (configuration, modeling, pipeline), so that ``AutoModelForSeq2SeqLM``,
@@ -452,7 +476,7 @@ def push_folder_to_hub(folder: str | os.PathLike, repo_id: str, commit_message: 
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a saved model folder (no config.json); nothing was uploaded.")
     api = HfApi()
-    repo_id = api.create_repo(repo_id, repo_type="model", exist_ok=True).repo_id
+    repo_id = api.create_repo(repo_id, repo_type="model", exist_ok=True, private=private).repo_id
     commit = api.upload_folder(
         repo_id=repo_id,
         repo_type="model",
@@ -485,6 +509,30 @@ def _past_deadline(deadline: float, accelerator) -> bool:
     return any_process(accelerator, time.monotonic() > deadline)
 
 
+def _checkpoint_to_resume(resume: str | None, existing: list[Path], checkpoint_dir: Path) -> Path | None:
+    """The checkpoint that ``resume_from_checkpoint`` names: the newest of the run for ``"latest"`` (``None`` when the
+    run has none yet), or the folder given, which must be one of the run's and its newest (resuming from an older
+    one would overwrite the newer ones)."""
+    if not resume:
+        return None
+    if resume == "latest":
+        return existing[-1] if existing else None
+    given = Path(resume).expanduser()
+    mine = {path.resolve(): path for path in existing}
+    if given.resolve() not in mine:
+        where = f"its checkpoints are {', '.join(p.name for p in existing)}" if existing else "it has none"
+        raise ValueError(
+            f"--resume_from_checkpoint {resume}: not a complete checkpoint of this run's folder {checkpoint_dir} "
+            f"({where}). Give one of them, or 'latest', or set --output_dir to the run that holds {given.name}."
+        )
+    if given.resolve() != existing[-1].resolve():
+        raise ValueError(
+            f"--resume_from_checkpoint {resume}: the run has newer checkpoints ({existing[-1].name}), which going on "
+            f"from {given.name} would overwrite. Resume from {existing[-1]} (or 'latest'), or move the newer ones away first."
+        )
+    return existing[-1]
+
+
 def _check_resume_compatible(checkpoint: Path, model) -> None:
     """Refuse to resume into a model of another size (clear message instead of a shape error)."""
     from safetensors import safe_open
@@ -499,7 +547,7 @@ def _check_resume_compatible(checkpoint: Path, model) -> None:
             if name in expected and expected[name] != shape:
                 raise ValueError(
                     f"Cannot resume from {checkpoint}: {name} has shape {shape} there but {expected[name]} in the "
-                    f"model being trained. Resume with the same model settings, or use a new --output-dir."
+                    f"model being trained. Resume with the same model settings, or use a new --output_dir."
                 )
 
 
@@ -522,14 +570,14 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
             match_model_max_length(tokenizer, unwrapped.config)
             save_tokenizer(tokenizer, folder)
 
-        save_folder_atomically(final_dir, write_final)  # a rerun with --resume rewrites it
+        save_folder_atomically(final_dir, write_final)  # a rerun with --resume_from_checkpoint rewrites it
         last = next((r for r in reversed(state["history"]) if "valid_loss" in r), {})
         summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
         if config.test_split and config.test_split in splits:
             test = splits[config.test_split]
             result = evaluate_model(unwrapped, tokenizer, test.sources, test.targets,
-                                    hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.tgt_lang}",
-                                    progress=config.progress)  # fmt: skip
+                                    hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.target_lang}",
+                                    progress=not config.disable_tqdm)  # fmt: skip
             summary["test"] = {k: result[k] for k in ("bleu", "bleu_signature", "chrf", "chrf_signature", "n", "seconds")}
         write_model_card(final_dir, config=config, model_config=unwrapped.config, summary=summary)
         summary["final_dir"] = str(final_dir)
