@@ -140,8 +140,7 @@ def _line_batches(stream: Any, batch_size: int) -> Iterator[list[str]]:
                     f"standard input, line {number}, is not UTF-8 (byte {error.start} is {raw[error.start : error.start + 1]!r}); "
                     f"re-encode the input (e.g. `iconv -f latin1 -t utf-8`)."
                 ) from None
-            batch.append(line.removeprefix("\ufeff") if number == 1 else line)
-            batch[-1] = batch[-1].rstrip("\r")
+            batch.append((line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r"))
             if len(batch) == batch_size:
                 yield batch
                 batch = []
