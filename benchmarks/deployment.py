@@ -215,7 +215,7 @@ def memory(args, exports: dict) -> list[dict]:
 # Quality: the whole test set
 # --------------------------------------------------------------------------------------------
 def bleu(args, loaded: dict) -> list[dict]:
-    from vanilla_transformer.evaluation import score, translate
+    from vanilla_transformer.evaluation import score, translate, translate_with
 
     sources, references = _read(args.data / "test_2016_flickr.de"), _read(args.data / "test_2016_flickr.en")
     model, tokenizer = loaded["ours"]
@@ -224,7 +224,7 @@ def bleu(args, loaded: dict) -> list[dict]:
     outputs["ours, early_stopping=True"] = translate(model, tokenizer, sources, batch_size=32)
     model.generation_config.early_stopping = False
     for engine in ("CTranslate2 float32", "CTranslate2 int8"):
-        outputs[engine] = translate(loaded[engine][0], None, sources, batch_size=32)
+        outputs[engine] = translate_with(loaded[engine][0], sources, batch_size=32)
     rows = []
     for name, hypotheses in outputs.items():
         result = score(hypotheses, references)

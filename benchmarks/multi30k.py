@@ -48,6 +48,32 @@ RECIPE = {
 }
 
 
+#: What a model card says about the data (the fields of ``vanilla_transformer.cards.DATASET_CARD``).
+DATASET = {
+    "hub_id": "multi30k",
+    "title": "Multi30k (WMT 2016 multimodal translation, task 1), English–German",
+    "about": (
+        "English descriptions of Flickr30K images and their German translations: the `train`, `val` and "
+        "`test_2016_flickr` files of the official repository (https://github.com/multi30k/dataset, commit "
+        "a3d2e0d26b56f3846f66a952536ffed4e401d05a), untokenised"
+    ),
+    "licence": (
+        "no explicit licence for the text; the source provides it for non-commercial research and "
+        "educational use only (it is partly derived from Flickr30K, whose images fall under the Flickr "
+        "Terms of Use), and asks users to cite Elliott et al. (2016)"
+    ),
+    "caveat": None,
+    "citation": """@inproceedings{elliott2016multi30k,
+  title     = {Multi30K: Multilingual English-German Image Descriptions},
+  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
+  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
+  pages     = {70--74},
+  year      = {2016},
+  doi       = {10.18653/v1/W16-3210}
+}""",
+}
+
+
 def train_config(direction: str, minutes: float, recipe: dict, mixed_precision: str, processes: int, data: str,
                  output_dir: str | None = None) -> TrainConfig:  # fmt: skip
     """The TrainConfig that trains ``direction`` with ``recipe`` in each of ``processes`` (which share the

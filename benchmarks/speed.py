@@ -175,11 +175,12 @@ def train_step(kind: str, size: dict, data: dict, accelerator, attention: str | 
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()
     smoother = LabelSmoother(epsilon=0.1)
+    workspace = {}  # the loss's logits kept from step to step, as the training loop keeps them
 
     def step():
         with accelerator.autocast():
             if kind == "ours":  # how the training command computes its loss
-                loss = model(**data, smoothing=0.1, skip_logits=True).loss
+                loss = model(**data, smoothing=0.1, skip_logits=True, loss_workspace=workspace).loss
             else:  # how Seq2SeqTrainer(label_smoothing_factor=0.1) computes Marian's
                 inputs = {k: v for k, v in data.items() if k != "labels"}
                 outputs = model(**inputs, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(data["labels"]))
@@ -404,12 +405,13 @@ def section_epoch(args) -> list[dict]:
         model, optimizer = accelerator.prepare(model, optimizer)
         model.train()
         real = padded = 0
+        workspace = {}
         start = time.perf_counter()
         for indices in batches[: 3 if args.smoke else None]:
             b = collate(indices)
             b = {k: b[k] for k in ("input_ids", "attention_mask", "labels")}
             with accelerator.autocast():
-                loss = model(**b, smoothing=0.1, skip_logits=True).loss
+                loss = model(**b, smoothing=0.1, skip_logits=True, loss_workspace=workspace).loss
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

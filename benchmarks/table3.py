@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import platform
 import shlex
@@ -70,8 +69,8 @@ from vanilla_transformer.checkpoints import (  # noqa: E402
     save_folder_atomically,
     write_json_atomically,
 )
-from vanilla_transformer.data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus  # noqa: E402
-from vanilla_transformer.evaluation import evaluate_model  # noqa: E402
+from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus  # noqa: E402
+from vanilla_transformer.evaluation import evaluate_model, perplexity  # noqa: E402
 from vanilla_transformer.loading import load_model, load_tokenizer  # noqa: E402
 from vanilla_transformer.tokenization import save_tokenizer, train_joint_bpe  # noqa: E402
 from vanilla_transformer.training import train  # noqa: E402
@@ -185,27 +184,19 @@ def head_dim(s: dict) -> int:
 # --------------------------------------------------------------------------------------------
 # Training and scoring one row
 # --------------------------------------------------------------------------------------------
-@torch.no_grad()
-def perplexity(model, tokenizer, dataset, max_tokens: int) -> dict:
+def validation_perplexity(model, tokenizer, dataset, max_tokens: int) -> dict:
     """Unsmoothed per-target-token perplexity, teacher-forced, of every pair of ``dataset`` (none dropped)."""
     tokenized, dropped = tokenize_corpus(dataset, tokenizer, max_length=10**6)
     if dropped:
         raise ValueError(f"{dropped} validation pairs are empty: perplexity would not cover the whole set.")
-    sampler = TokenBucketBatchSampler(list(zip(tokenized["src_len"], tokenized["tgt_len"])), max_tokens=max_tokens,
-                                      shuffle=False, drop_last=False)  # fmt: skip
-    model.eval()
-    nll, tokens = 0.0, 0
-    for indices in sampler:
-        batch = collate_batch([tokenized[i] for i in indices], pad_token_id=tokenizer.pad_token_id)
-        out = model(**batch, smoothing=0.0, skip_logits=True, num_items_in_batch=1)  # 1: a sum, not a mean
-        nll += out.loss.item()
-        tokens += int((batch["labels"] != -100).sum())
-    return {"ppl": math.exp(nll / tokens), "nll": nll / tokens, "target_tokens": tokens}
+    result = perplexity(model, tokenized["input_ids"], tokenized["labels"], pad_token_id=tokenizer.pad_token_id,
+                        max_tokens=max_tokens)  # fmt: skip
+    return {"ppl": result["ppl"], "nll": result["nll"], "target_tokens": result["target_tokens"]}
 
 
 def score(model, tokenizer, dataset, sentences: int | None, hypotheses_path: Path, progress: bool) -> dict:
     """Perplexity on the whole split and sacreBLEU (beam 4) of its first ``sentences`` (all: None)."""
-    result = perplexity(model, tokenizer, dataset, max_tokens=4000)
+    result = validation_perplexity(model, tokenizer, dataset, max_tokens=4000)
     n = len(dataset) if sentences is None else min(sentences, len(dataset))
     bleu = evaluate_model(model, tokenizer, dataset["source"][:n], dataset["target"][:n], hypotheses_path=hypotheses_path,
                           num_beams=4, progress=progress)  # fmt: skip

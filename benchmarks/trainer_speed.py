@@ -117,9 +117,11 @@ def make_steps(size: dict, output_dir: str) -> tuple[dict, dict]:
 
         steps[name] = step
 
+    package_workspace = {}  # the loss's logits kept from step to step, as the training loop keeps them
+
     def package_step(batch):
         package_model.train()
-        package_model(**batch, smoothing=SMOOTHING, skip_logits=True).loss.backward()
+        package_model(**batch, smoothing=SMOOTHING, skip_logits=True, loss_workspace=package_workspace).loss.backward()
         package_optimizer.step()
         package_optimizer.zero_grad(set_to_none=True)
 

@@ -339,7 +339,7 @@ print("FFN = ReLU(x W1 + b1) W2 + b2, position by position")
 layer = model.model.encoder.layers[0]
 h = layer.self_attn_layer_norm(x + layer.self_attn(x)[0])
 post_ln = layer.final_layer_norm(h + layer.ffn(h))
-torch.testing.assert_close(layer(x)[0], post_ln, atol=1e-5, rtol=1e-5)
+torch.testing.assert_close(layer(x), post_ln, atol=1e-5, rtol=1e-5)
 # After a post-LN block every position is normalised (the norms start with gain 1 and bias 0):
 assert torch.allclose(post_ln.mean(-1), torch.zeros(1, 6), atol=1e-5)
 assert torch.allclose(post_ln.std(-1, unbiased=False), torch.ones(1, 6), atol=1e-3)
@@ -348,7 +348,7 @@ pre_config = VanillaTransformerConfig.base(vocab_size=1000, encoder_layers=2, de
 pre_layer = VanillaTransformerForConditionalGeneration(pre_config).eval().model.encoder.layers[0]
 h = x + pre_layer.self_attn(pre_layer.self_attn_layer_norm(x))[0]
 pre_ln = h + pre_layer.ffn(pre_layer.final_layer_norm(h))
-torch.testing.assert_close(pre_layer(x)[0], pre_ln, atol=1e-5, rtol=1e-5)
+torch.testing.assert_close(pre_layer(x), pre_ln, atol=1e-5, rtol=1e-5)
 assert model.model.encoder.layer_norm is None  # post-LN: the paper has no final norm on a stack
 print("post-LN: LayerNorm(x + Sublayer(x)); norm_first=True: x + Sublayer(LayerNorm(x)), plus a final norm per stack")
 

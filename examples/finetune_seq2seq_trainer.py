@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vanilla_transformer.finetuning import finetune
+from vanilla_transformer.finetuning import train_with_seq2seq_trainer
 
 
 class _OldSpelling(argparse.Action):
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit("--d_model/--layers/--heads/--d_ff/--dropout apply to a --preset, not to a saved "
                          "--model_name_or_path.")  # fmt: skip
 
-    result = finetune(
+    result = train_with_seq2seq_trainer(
         args.dataset_name,
         args.output_dir,
         model=args.model_name_or_path,

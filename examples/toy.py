@@ -50,7 +50,7 @@ def train_reverse(
     progress: bool = False,
 ) -> tuple[VanillaTransformerForConditionalGeneration, dict]:
     """Train a tiny Transformer on the reversal task with Adam(0.9, 0.98, 1e-9) and warm-up; stop early
-    once the training loss is below 0.005. Returns the model (in eval mode) and a summary."""
+    once the training loss is below 0.001. Returns the model (in eval mode) and a summary."""
     torch.manual_seed(seed)
     config = VanillaTransformerConfig(
         vocab_size=vocab_size, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -72,7 +72,7 @@ def train_reverse(
         optimizer.step()
         schedule.step()
         bar.set_postfix(loss=f"{loss.item():.4f}")
-        if step % 100 == 99 and loss.item() < 0.005:
+        if step % 100 == 99 and loss.item() < 0.001:
             break
     bar.close()
     model.eval()

@@ -34,12 +34,14 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cards import CITATION, TAGS, architecture_table, assemble_card, build_model_card
-from vanilla_transformer.loading import PRESETS, preset_config
+from vanilla_transformer.loading import preset_config
+from vanilla_transformer.training_config import PRESETS
 from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from multi30k import DATASET as MULTI30K_DATASET  # noqa: E402
 from multi30k import train_config as multi30k_train_config  # noqa: E402  (benchmarks/multi30k.py)
 
 CARDS_DIR = "model_cards"
@@ -232,7 +234,7 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
                           f"`benchmarks/multi30k.py` at {revision}.")  # fmt: skip
         name = f"vanilla-transformer-multi30k-{row['direction']}-{row['minutes']:g}min"
         cards[f"{name}.md"] = build_model_card(
-            config, None, row, name=name, command=command,
+            config, None, row, dataset=MULTI30K_DATASET, name=name, command=command,
             provenance=[source, _environment_line(report.get("environment"), row["test"])],
         )  # fmt: skip
     return cards

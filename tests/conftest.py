@@ -1,6 +1,8 @@
-"""Shared helpers for the test suite: tiny configurations and random batches."""
+"""Shared helpers for the test suite: tiny configurations, random batches, and the fixtures several test files
+use (the bundled corpus, a BPE tokenizer trained on it, a saved model folder)."""
 
 import gzip
+import itertools
 import signal
 import subprocess
 from pathlib import Path
@@ -9,8 +11,14 @@ import pytest
 import torch
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.modeling_vanilla_transformer import PAPER_DECODING
 
 PAD, BOS, EOS = 0, 1, 2
+BUNDLED = Path(__file__).resolve().parents[1] / "data" / "tatoeba_en_de"
+#: Three German–English pairs; the tokenizer of the ``saved`` folder is trained on them.
+SOURCE, TARGET = "Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bike on the street."
+SENTENCES = [SOURCE, TARGET, "Zwei Hunde spielen im Schnee.", "Two dogs play in the snow.",
+             "Eine Frau liest ein Buch.", "A woman reads a book."]  # fmt: skip
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:
@@ -23,8 +31,12 @@ def tiny_config(**overrides) -> VanillaTransformerConfig:
 
 
 def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGeneration:
+    """A model of :func:`tiny_config`, in eval mode, decoding as the package's checkpoints do (PAPER_DECODING:
+    beam 4, α 0.6, source length + 50)."""
     torch.manual_seed(seed)
-    return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+    model = VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+    model.generation_config.update(**PAPER_DECODING)
+    return model
 
 
 def random_ids(batch: int, length: int, vocab: int = 61, seed: int = 0) -> torch.Tensor:
@@ -52,12 +64,52 @@ def fresh_accelerate_state():
 def corpus(tmp_path_factory) -> Path:
     """2,000 / 100 / 40 pairs of the bundled Tatoeba split, as a folder of {split}.{lang} files."""
     folder = tmp_path_factory.mktemp("corpus")
-    bundled = Path(__file__).resolve().parents[1] / "data" / "tatoeba_en_de"
+    bundled = BUNDLED
     for split, n in {"train": 2000, "valid": 100, "test": 40}.items():
         for lang in ("en", "de"):
             with gzip.open(bundled / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
                 lines = [next(f) for _ in range(n)]
             (folder / f"{split}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def bundled_lines(name: str, n: int, skip: int = 0) -> list[str]:
+    """Lines ``skip`` to ``skip + n`` of a file of the bundled corpus (e.g. ``"valid.en.gz"``), without line ends."""
+    with gzip.open(BUNDLED / name, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, skip, skip + n)]
+
+
+@pytest.fixture(scope="session")
+def valid_sentences() -> dict[str, list[str]]:
+    """The first 200 validation pairs of the bundled corpus, as {"en": [...], "de": [...]}."""
+    return {"en": bundled_lines("valid.en.gz", 200), "de": bundled_lines("valid.de.gz", 200)}
+
+
+@pytest.fixture(scope="session")
+def tokenizer(valid_sentences):
+    """A joint BPE of 400 tokens trained on ``valid_sentences`` (both languages). Not to be changed by a test."""
+    from vanilla_transformer.tokenization import train_joint_bpe
+
+    return train_joint_bpe(valid_sentences["en"] + valid_sentences["de"], vocab_size=400)
+
+
+@pytest.fixture(scope="session")
+def sentence_tokenizer():
+    """A joint BPE trained on the three pairs of ``SENTENCES`` (every word is a token)."""
+    from vanilla_transformer.tokenization import train_joint_bpe
+
+    return train_joint_bpe(SENTENCES * 3, vocab_size=400, min_frequency=1)
+
+
+@pytest.fixture(scope="session")
+def saved(tmp_path_factory, sentence_tokenizer) -> Path:
+    """A folder holding a tiny (untrained) model, 2+2 layers of 4 heads, and its tokenizer, as ``save_pretrained``
+    writes them. Outputs are short (source length + 6 tokens): an untrained model rarely stops by itself."""
+    folder = tmp_path_factory.mktemp("saved")
+    model = tiny_model(vocab_size=len(sentence_tokenizer))
+    model.generation_config.source_length_offset = 6
+    model.save_pretrained(folder)
+    sentence_tokenizer.save_pretrained(folder)
     return folder
 
 

@@ -69,7 +69,8 @@ def test_the_users_path_from_own_files_to_both_engines(corpus, tmp_path):
 
     # --- translate a file with blank lines: one output line per input line, blank for blank
     text = "I love you.\n\nWhere is the train station?\n   \nTom is reading a book.\n"
-    out = run("translate", "--model_name_or_path", str(tmp_path / "avg"), "--num_beams", "2", stdin=text.encode()).stdout
+    # (greedy: beam search over a model trained for 24 steps may find an immediate </s> best, an empty line)
+    out = run("translate", "--model_name_or_path", str(tmp_path / "avg"), "--num_beams", "1", stdin=text.encode()).stdout
     printed = out.decode().split("\n")[:-1]
     assert len(printed) == 5 and printed[1] == printed[3] == "" and all(printed[i] for i in (0, 2, 4)), printed
     # ... and one with a line that is not UTF-8: the line is named, the lines before it are translated

@@ -45,6 +45,7 @@ def test_both_models_get_the_optimizer_their_trainers_use():
     assert Seq2SeqTrainingArguments(output_dir="unused").weight_decay == 0.0
 
 
+@pytest.mark.slow
 def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
     results = speed.main(["--smoke", "--output", str(tmp_path)])
     saved = json.loads((tmp_path / "speed.json").read_text())
@@ -71,6 +72,7 @@ def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
         assert len(batchings) == 2 and all(r["target_tokens"] > 0 for r in batchings.values())
 
 
+@pytest.mark.slow
 def test_trainer_speed_smoke_run_compares_the_trainer_paths_on_the_same_batches(tmp_path):
     results = trainer_speed.main(["--smoke", "--output", str(tmp_path)])
     saved = json.loads((tmp_path / "trainer-speed.json").read_text())
@@ -104,6 +106,7 @@ def test_speed_benchmark_rejects_unknown_choices(argv):
         speed.main(argv)
 
 
+@pytest.mark.slow
 def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, tmp_path):
     report = bf16_curve.main(["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--steps", "6",
                               "--log-every", "2", "--eval-every", "3", "--output", str(tmp_path / "out"),
@@ -117,6 +120,7 @@ def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, t
     assert (tmp_path / "out" / "bf16-vs-fp32.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(corpus, tmp_path):
     """benchmarks/multi30k.py end to end on a Multi30k-shaped folder cut from the bundled corpus: it starts itself
@@ -155,6 +159,7 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     assert "× 2 data-parallel processes" in str(card) and f"| {row['test']['bleu']:.2f} |" in str(card)
 
 
+@pytest.mark.slow
 def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tmp_path):
     """benchmarks/deployment.py on a tiny model: Marian carries our weights (same logits, same tokens), every engine
     translates the same sentences, and the tables are written."""
@@ -192,6 +197,7 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
     assert json.loads((tmp_path / "results" / "deployment.json").read_text())["speed"] == results["speed"]
 
 
+@pytest.mark.slow
 def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_recorded_ones(corpus, tmp_path, monkeypatch, capsys):
     args = ["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--output", str(tmp_path / "out"),
             "--workdir", str(tmp_path / "work")]  # fmt: skip
@@ -278,6 +284,7 @@ def test_table3_band_edges_count_as_inside(value, where):
     assert table3.position(value, {"min": 30.0, "max": 32.0, "n": 1}) == "?"  # one seed is no band
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_the_gpu_check_dry_run_runs_every_step_on_the_cpu(tmp_path):
     """scripts/gpu_check.sh --dry-run: the gpu tests, the throughput comparison, the main job and the CTranslate2

@@ -12,30 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import SENTENCES, SOURCE, TARGET, tiny_model
 from safetensors.torch import load_file
 
 from vanilla_transformer import training
 from vanilla_transformer.cli import build_parser, main
-from vanilla_transformer.tokenization import train_joint_bpe
 from vanilla_transformer.training_config import TrainConfig
 
-SOURCE, TARGET = "Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bike on the street."
-SENTENCES = [SOURCE, TARGET, "Zwei Hunde spielen im Schnee.", "Two dogs play in the snow.",
-             "Eine Frau liest ein Buch.", "A woman reads a book."]  # fmt: skip
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """A folder holding a tiny (untrained) model and its tokenizer."""
-    folder = tmp_path_factory.mktemp("saved")
-    tokenizer = train_joint_bpe(SENTENCES * 3, vocab_size=400, min_frequency=1)
-    model = tiny_model(vocab_size=len(tokenizer))
-    model.generation_config.source_length_offset = 4  # short outputs: an untrained model rarely stops
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture

@@ -57,9 +57,13 @@ def test_wrong_types_are_rejected_with_the_field_name():
 
 
 # ------------------------------------------------------------------ head_dim: d_k = d_v apart from d_model / h
-def test_head_dim_defaults_to_none_the_papers_d_model_over_h():
-    assert VanillaTransformerConfig().head_dim is None
-    assert VanillaTransformerConfig.base().head_dim is None and VanillaTransformerConfig.big().head_dim is None
+def test_head_dim_left_out_is_the_papers_d_model_over_h_held_as_a_number():
+    """As transformers' configs with a head_dim: the resolved int, which its generic tests and caches read."""
+    assert VanillaTransformerConfig().head_dim == 64
+    assert VanillaTransformerConfig.base().head_dim == 64 and VanillaTransformerConfig.big().head_dim == 64
+    assert VanillaTransformerConfig(d_model=32, encoder_attention_heads=4, decoder_attention_heads=4).head_dim == 8
+    # different head counts: each stack's heads are d_model / its h, which one number cannot say
+    assert VanillaTransformerConfig(d_model=32, encoder_attention_heads=4, decoder_attention_heads=8).head_dim is None
 
 
 @pytest.mark.parametrize("value, words", [(0, "positive integer or None"), (-8, "positive integer or None")])
@@ -94,4 +98,7 @@ def test_head_dim_survives_a_round_trip_and_old_config_files_load_without_it(tmp
     del saved["head_dim"]
     saved["encoder_attention_heads"] = saved["decoder_attention_heads"] = 4
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert VanillaTransformerConfig.from_pretrained(tmp_path).head_dim is None
+    assert VanillaTransformerConfig.from_pretrained(tmp_path).head_dim == 32 // 4
+    saved["head_dim"] = None  # written when None meant d_model / h: the same rule
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert VanillaTransformerConfig.from_pretrained(tmp_path).head_dim == 32 // 4

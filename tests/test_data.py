@@ -507,7 +507,34 @@ def test_collate_pads_right_with_minus_100_labels():
 
     with_dec = collate_batch(examples, pad_token_id=0, decoder_start_token_id=1, pad_to_multiple_of=8)
     assert with_dec["input_ids"].shape == (2, 8) and with_dec["labels"].shape == (2, 8)
-    assert with_dec["decoder_input_ids"][:, :4].tolist() == [[1, 7, 0, 0], [1, 9, 10, 11]]
+    assert with_dec["decoder_input_ids"].tolist() == [[1, 7, 0, 0, 0, 0, 0, 0], [1, 9, 10, 11, 0, 0, 0, 0]]
+
+
+def test_collate_shifts_labels_as_the_model_does_where_the_labels_are_real():
+    """decoder_input_ids are the model's shift_tokens_right of the labels at every position that has a label
+    (what the loss sees), and padding beyond, whatever value pads the labels."""
+    from vanilla_transformer import shift_tokens_right
+
+    examples = [{"input_ids": [4], "labels": [7, 8, 9, 2]}, {"input_ids": [4], "labels": [5, 2]}, {"input_ids": [4], "labels": [6]}]
+    for label_pad in (-100, -1):
+        batch = collate_batch(examples, pad_token_id=0, label_pad_token_id=label_pad, decoder_start_token_id=3)
+        labels = batch["labels"]
+        real = labels != label_pad
+        assert real.sum(1).tolist() == [4, 2, 1]
+        model_shift = shift_tokens_right(labels.masked_fill(~real, -100), 0, 3)
+        assert torch.equal(batch["decoder_input_ids"][real], model_shift[real])
+        assert (batch["decoder_input_ids"][~real] == 0).all()
+        assert batch["decoder_input_ids"][:, 0].tolist() == [3, 3, 3]
+
+
+def test_collate_pairs_leaves_out_the_mask_only_when_no_source_is_padded():
+    from vanilla_transformer.data import collate_pairs
+
+    sources, targets = [[5, 2], [6, 2], [7, 8, 2]], [[9, 2], [9, 9, 2], [2]]
+    same = collate_pairs(sources, targets, [0, 1], pad_token_id=0)
+    assert "attention_mask" not in same and same["labels"].tolist() == [[9, 2, -100], [9, 9, 2]]
+    padded = collate_pairs(sources, targets, [2, 0], pad_token_id=0)
+    assert padded["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]] and padded["input_ids"].tolist() == [[7, 8, 2], [5, 2, 0]]
 
 
 def test_end_to_end_dataloader(tiny_tok):

@@ -1,33 +1,29 @@
 """The CTranslate2 export and engine (vanilla_transformer.deployment): same numbers, same tokens, same limits."""
 
-import gzip
-import itertools
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import EOS, PAD, tiny_model
+from conftest import EOS, PAD, bundled_lines, tiny_model
 
 from vanilla_transformer import deployment
 from vanilla_transformer.cli import main
-from vanilla_transformer.evaluation import evaluate_model, translate
+from vanilla_transformer.evaluation import (
+    TransformersTranslator,
+    evaluate_model,
+    evaluate_translator,
+    translate,
+    translate_with,
+)
 from vanilla_transformer.tokenization import train_joint_bpe
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed (pip install '.[ctranslate2]')")
 from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "tatoeba_en_de"
-
-
-def _lines(name: str, n: int, skip: int = 0) -> list[str]:
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, skip, skip + n)]
-
-
 @pytest.fixture(scope="module")
 def pairs():
-    return {"de": _lines("train.de.gz", 1500), "en": _lines("train.en.gz", 1500)}
+    return {"de": bundled_lines("train.de.gz", 1500), "en": bundled_lines("train.en.gz", 1500)}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +75,7 @@ def generated_ids(model, tokenizer, texts: list[str], **kwargs) -> list[list[int
 def test_the_export_computes_the_models_log_probabilities(trained, tokenizer, exported):
     """Every weight, the positions (interleaved sinusoids), × √d_model, post-LN and its epsilon: CTranslate2 scores a
     translation with the same per-token log-probabilities as the model."""
-    sources, targets = _lines("valid.de.gz", 6), _lines("valid.en.gz", 6)
+    sources, targets = bundled_lines("valid.de.gz", 6), bundled_lines("valid.en.gz", 6)
     results = exported.translator.score_batch(
         [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources)["input_ids"]],
         [tokenizer.tokenize(text) for text in targets],
@@ -118,7 +114,7 @@ def test_every_configuration_flag_exports_exactly(flags, tokenizer, tmp_path):
 
 
 def test_greedy_and_beam_search_give_generates_tokens_on_a_padded_batch(trained, tokenizer, exported):
-    texts = _lines("test.de.gz", 24)  # lengths differ: generate pads, the engine groups
+    texts = bundled_lines("test.de.gz", 24)  # lengths differ: generate pads, the engine groups
     assert len({len(ids) for ids in tokenizer(texts)["input_ids"]}) > 5
     assert exported.translate_ids(texts, num_beams=1) == generated_ids(trained, tokenizer, texts, num_beams=1)
     # Beam 4 with the paper's α = 0.6: the same formula, and the same stopping rule when transformers stops
@@ -130,8 +126,10 @@ def test_greedy_and_beam_search_give_generates_tokens_on_a_padded_batch(trained,
     assert exported.translate_ids(texts, num_beams=4, length_penalty=0.0) == generated_ids(
         trained, tokenizer, texts, num_beams=4, length_penalty=0.0
     )
-    # Text out: the same strings as the default engine, through the same translate().
-    assert translate(exported, None, texts[:6], num_beams=1) == translate(trained, tokenizer, texts[:6], num_beams=1)
+    # Text out: the same strings as the default engine, through the same interface.
+    ours = TransformersTranslator(trained, tokenizer)
+    assert translate_with(exported, texts[:6], num_beams=1) == translate_with(ours, texts[:6], num_beams=1)
+    assert translate_with(exported, texts[:6], num_beams=1) == translate(trained, tokenizer, texts[:6], num_beams=1)
 
 
 def test_each_sentence_keeps_its_own_length_limit(tokenizer, tmp_path):
@@ -139,7 +137,7 @@ def test_each_sentence_keeps_its_own_length_limit(tokenizer, tmp_path):
     model = tiny_model(seed=2, vocab_size=len(tokenizer))
     model.generation_config.source_length_offset = 3
     engine = CTranslate2Translator(export_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "export"))
-    texts = _lines("test.de.gz", 16)
+    texts = bundled_lines("test.de.gz", 16)
     lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
     assert len(set(lengths)) > 5
     for num_beams in (1, 4):
@@ -196,19 +194,19 @@ def test_int8_export_is_smaller_close_to_float32_and_translates(trained, tokeniz
     folder = save(trained, tokenizer, tmp_path / "model")
     engine = CTranslate2Translator(export_ctranslate2(folder, tmp_path / "int8", quantization="int8"))
     assert (tmp_path / "int8" / "model.bin").stat().st_size < 0.5 * (exported.folder / "model.bin").stat().st_size
-    sources, targets = _lines("valid.de.gz", 8), _lines("valid.en.gz", 8)
+    sources, targets = bundled_lines("valid.de.gz", 8), bundled_lines("valid.en.gz", 8)
     batch = ([tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources)["input_ids"]],
              [tokenizer.tokenize(text) for text in targets])  # fmt: skip
     float32 = torch.cat([torch.tensor(r.log_probs) for r in exported.translator.score_batch(*batch)])
     int8 = torch.cat([torch.tensor(r.log_probs) for r in engine.translator.score_batch(*batch)])
     assert not torch.equal(int8, float32) and (int8 - float32).abs().mean() < 0.05 * float32.abs().mean()
-    assert all(engine.translate(_lines("test.de.gz", 4)))
+    assert all(engine.translate(bundled_lines("test.de.gz", 4)))
 
 
 def test_the_command_line_exports_and_translates_with_either_engine(trained, tokenizer, tmp_path, capsys):
     folder = save(trained, tokenizer, tmp_path / "model")
     assert main(["export", "--model_name_or_path", str(folder), "--output-dir", str(tmp_path / "export")]) == 0
-    texts = _lines("test.de.gz", 4)
+    texts = bundled_lines("test.de.gz", 4)
     outputs = {}
     for engine, model in (("transformers", folder), ("ctranslate2", tmp_path / "export")):
         capsys.readouterr()
@@ -217,7 +215,7 @@ def test_the_command_line_exports_and_translates_with_either_engine(trained, tok
     assert outputs["ctranslate2"] == outputs["transformers"] and len(outputs["transformers"].splitlines()) == 4
 
     source, reference = tmp_path / "src.de", tmp_path / "ref.en"
-    source.write_text("\n".join(texts) + "\n"), reference.write_text("\n".join(_lines("test.en.gz", 4)) + "\n")
+    source.write_text("\n".join(texts) + "\n"), reference.write_text("\n".join(bundled_lines("test.en.gz", 4)) + "\n")
     for engine, model in (("transformers", folder), ("ctranslate2", tmp_path / "export")):
         args = ["evaluate", "--model_name_or_path", str(model), "--engine", engine, "--source", str(source), "--reference", str(reference)]
         assert main([*args, "--output", str(tmp_path / f"{engine}.txt"), "--length_penalty", "0"]) == 0
@@ -228,8 +226,11 @@ def test_the_engine_refuses_a_model_folder_that_was_not_exported(trained, tokeni
     folder = save(trained, tokenizer, tmp_path / "model")
     with pytest.raises(ValueError, match="export it first with `vanilla-transformer export"):
         CTranslate2Translator(folder)
-    with pytest.raises(ValueError, match="not options of the CTranslate2 engine"):
-        evaluate_model(CTranslate2Translator(export_ctranslate2(folder, tmp_path / "e")), None, ["Ja."], ["Yes."], dtype="bf16")
+    engine = CTranslate2Translator(export_ctranslate2(folder, tmp_path / "e"))
+    with pytest.raises(ValueError, match="is not a transformers model.*translate_with / evaluate_translator"):
+        evaluate_model(engine, None, ["Ja."], ["Yes."])  # an engine is evaluated as it is, without a tokenizer
+    with pytest.raises(TypeError, match="dtype"):  # set when exporting and loading, not an option of translate
+        evaluate_translator(engine, ["Ja."], ["Yes."], dtype="bf16")
 
 
 def test_without_ctranslate2_the_commands_say_how_to_install_it(trained, tokenizer, tmp_path, monkeypatch, capsys):

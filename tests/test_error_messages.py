@@ -34,8 +34,8 @@ from vanilla_transformer.checkpoints import average_checkpoints  # noqa: E402
 from vanilla_transformer.cli import main as cli  # noqa: E402
 from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
 from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
-from vanilla_transformer.evaluation import evaluate_model, translate, translate_candidates  # noqa: E402
-from vanilla_transformer.explorer import Explorer  # noqa: E402
+from vanilla_transformer.evaluation import evaluate_model, translate  # noqa: E402
+from vanilla_transformer.explorer import Explorer, translate_candidates  # noqa: E402
 from vanilla_transformer.tokenization import check_tokenizer_matches_model, train_joint_bpe  # noqa: E402
 from vanilla_transformer import training  # noqa: E402
 from vanilla_transformer.training import train  # noqa: E402
@@ -166,15 +166,15 @@ def _resume_with_another_size(folder: Path) -> None:
 
 
 def _non_finite_loss(folder: Path) -> None:
-    real = training._loss_sums
+    real = training.loss_sums
 
-    def poisoned(model, batch, smoothing):  # the second update's loss becomes NaN
-        smoothed, nll = real(model, batch, smoothing)
+    def poisoned(model, batch, smoothing, workspace=None):  # the second update's loss becomes NaN
+        smoothed, nll = real(model, batch, smoothing, workspace)
         poisoned.calls += 1
         return (smoothed * float("nan") if poisoned.calls == 2 else smoothed), nll
 
     poisoned.calls = 0
-    with mock.patch.object(training, "_loss_sums", poisoned):
+    with mock.patch.object(training, "loss_sums", poisoned):
         train(_tiny_run(folder))
 
 

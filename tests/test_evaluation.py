@@ -1,45 +1,27 @@
 """Translation, sacreBLEU scoring and the hypotheses file (vanilla_transformer.evaluation)."""
 
-import gzip
-import itertools
-from pathlib import Path
+import math
 
 import huggingface_hub.constants
 import pytest
 import sacrebleu
 import torch
 from conftest import EOS, PAD, tiny_model
+from helpers.sacrebleu_metric import LocalSacrebleuMetric, load_sacrebleu_metric
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from vanilla_transformer.evaluation import (
-    LocalSacrebleuMetric,
+    TransformersTranslator,
     evaluate_model,
-    load_sacrebleu_metric,
+    evaluate_translator,
+    perplexity,
     score,
     translate,
+    translate_with,
 )
-
-DATA = Path(__file__).resolve().parent.parent / "data" / "tatoeba_en_de"
 
 HYPS = ["The cat sat on the mat.", "It is raining today!", "I don't know what you mean."]
 REFS = ["The cat sat on a mat.", "It's raining today!", "I do not know what you mean."]
-
-
-def _lines(name: str, n: int) -> list[str]:
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return {"en": _lines("valid.en.gz", 200), "de": _lines("valid.de.gz", 200)}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(corpus):
-    from vanilla_transformer.tokenization import train_joint_bpe
-
-    return train_joint_bpe(corpus["en"] + corpus["de"], vocab_size=400)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +60,7 @@ def spy_on_generate(monkeypatch, model, **extra) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------
-# score / load_sacrebleu_metric
+# score, and evaluate's sacrebleu metric (tests/helpers/sacrebleu_metric.py offline)
 # ------------------------------------------------------------------------------------------------
 def test_score_equals_sacrebleu():
     result = score(HYPS, REFS)
@@ -128,9 +110,9 @@ def test_load_sacrebleu_metric_offline():
 # ------------------------------------------------------------------------------------------------
 # translate
 # ------------------------------------------------------------------------------------------------
-def test_translate_is_order_preserving_and_padding_invariant(mt_model, tokenizer, corpus):
+def test_translate_is_order_preserving_and_padding_invariant(mt_model, tokenizer, valid_sentences):
     # Sentences of different lengths, so that length sorting reorders them and batches need padding.
-    texts = [corpus["en"][i] for i in (0, 5, 17, 23, 42, 60)]
+    texts = [valid_sentences["en"][i] for i in (0, 5, 17, 23, 42, 60)]
     assert len({len(tokenizer(t)["input_ids"]) for t in texts}) > 2
     kwargs = dict(num_beams=1, max_new_tokens=8)
     alone = [translate(mt_model, tokenizer, [t], **kwargs)[0] for t in texts]
@@ -141,10 +123,10 @@ def test_translate_is_order_preserving_and_padding_invariant(mt_model, tokenizer
     assert by_tokens == alone
 
 
-def test_translate_uses_paper_defaults(mt_model, tokenizer, corpus, monkeypatch):
+def test_translate_uses_paper_defaults(mt_model, tokenizer, valid_sentences, monkeypatch):
     """No overrides: beam 4, length penalty 0.6, and at most source length + 50 tokens per sentence (§6.1).
     ``</s>`` is forbidden, so that each sentence runs into its own limit."""
-    texts = [corpus["en"][0], corpus["en"][17]]
+    texts = [valid_sentences["en"][0], valid_sentences["en"][17]]
     lengths = [len(tokenizer(text)["input_ids"]) for text in texts]
     assert lengths[0] != lengths[1]
     calls = spy_on_generate(monkeypatch, mt_model, logits_processor=LogitsProcessorList([NeverStop()]))
@@ -173,15 +155,15 @@ def test_translate_errors(mt_model, tokenizer):
 
 def test_translate_rejects_sources_longer_than_learned_positions(tokenizer):
     model = tiny_model(vocab_size=len(tokenizer), position_embedding_type="learned", max_position_embeddings=8)
-    with pytest.raises(ValueError, match=r"text 1 has \d+ tokens.*max_position_embeddings=8"):
+    with pytest.raises(ValueError, match=r"max_position_embeddings=8\): text 1 has \d+ tokens"):
         translate(model, tokenizer, ["Hi.", "This sentence is clearly longer than eight tokens, is it not?"])
 
 
-def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(mt_model, tokenizer, corpus, monkeypatch):
+def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(mt_model, tokenizer, valid_sentences, monkeypatch):
     """Greedy decoding of 20 sentences with ``dtype="bf16"`` runs under bf16 autocast. Where it picks another token
     than fp32 would (bf16 keeps 8 significant bits), fp32 rates bf16's token within 0.05 nats of its own choice.
     Measured: 1 of 160 steps differs, by 0.007 nats, and 19 of the 20 translations are the same text."""
-    texts, kwargs = corpus["en"][:20], dict(num_beams=1, max_new_tokens=8)
+    texts, kwargs = valid_sentences["en"][:20], dict(num_beams=1, max_new_tokens=8)
     calls = spy_on_generate(monkeypatch, mt_model)
     bf16 = translate(mt_model, tokenizer, texts, dtype="bf16", **kwargs)
     fp32 = translate(mt_model, tokenizer, texts, **kwargs)
@@ -202,8 +184,8 @@ def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(mt_mo
 # ------------------------------------------------------------------------------------------------
 # evaluate_model
 # ------------------------------------------------------------------------------------------------
-def test_evaluate_model_writes_one_line_per_sentence(mt_model, tokenizer, corpus, tmp_path):
-    sources, references = corpus["en"][:7], corpus["de"][:7]
+def test_evaluate_model_writes_one_line_per_sentence(mt_model, tokenizer, valid_sentences, tmp_path):
+    sources, references = valid_sentences["en"][:7], valid_sentences["de"][:7]
     path = tmp_path / "out" / "hyps.de"
     result = evaluate_model(
         mt_model, tokenizer, sources, references, hypotheses_path=path, batch_size=3, num_beams=1, max_new_tokens=6
@@ -219,80 +201,75 @@ def test_evaluate_model_writes_one_line_per_sentence(mt_model, tokenizer, corpus
         evaluate_model(mt_model, tokenizer, sources, references[:6])
 
 
-def test_hypotheses_file_keeps_one_line_per_sentence_despite_line_breaks(tmp_path):
-    """A random model can emit '\r' or other line-break bytes; the file must still have n lines."""
-    from vanilla_transformer.evaluation import _write_lines_atomically
+class Scripted:
+    """A translation engine that is not a transformers model: it implements only ``translate``, and records calls."""
 
+    def __init__(self, outputs: dict[str, str]):
+        self.outputs, self.calls = outputs, []
+
+    def translate(self, texts, *, batch_size=32, num_beams=None, length_penalty=None, max_new_tokens=None, progress=False):
+        self.calls.append({"texts": list(texts), "batch_size": batch_size, "num_beams": num_beams})
+        return [self.outputs[text] for text in texts]
+
+
+def test_hypotheses_file_keeps_one_line_per_sentence_despite_line_breaks(tmp_path):
+    """An engine can emit '\r' or other line-break characters; the file must still have one line per sentence."""
+    outputs = {"1": "a\rb", "2": "c\nd", "3": "e\u2028f", "4": "Grüße"}
     path = tmp_path / "hyps.txt"
-    _write_lines_atomically(path, ["a\rb", "c\nd", "e\u2028f", "", "Grüße"])
+    evaluate_translator(Scripted(outputs), ["1", "2", "3", " ", "4"], ["x"] * 5, hypotheses_path=path)
     text = path.read_text(encoding="utf-8")
     assert text.splitlines() == ["a b", "c d", "e f", "", "Grüße"]
     with open(path, encoding="utf-8") as f:
         assert len(f.readlines()) == 5
+    assert [p.name for p in tmp_path.iterdir()] == ["hyps.txt"]  # no temporary file left behind
 
 
 # ------------------------------------------------------------------------------------------------
-# translate_candidates
+# the translation interface: any engine with translate(texts, ...)
 # ------------------------------------------------------------------------------------------------
-from vanilla_transformer.evaluation import translate_candidates  # noqa: E402
+def test_evaluation_takes_any_engine_that_implements_translate():
+    engine = Scripted({"Hallo.": "Hello.", "Ja.": "Yes."})
+    result = evaluate_translator(engine, ["Hallo.", "", "Ja."], ["Hello.", "", "No."], batch_size=2, num_beams=3)
+    assert result["bleu"] == pytest.approx(score(["Hello.", "", "Yes."], ["Hello.", "", "No."])["bleu"])
+    # the blank sentence never reaches the engine and gives an empty translation; options reach it unchanged
+    assert engine.calls == [{"texts": ["Hallo.", "Ja."], "batch_size": 2, "num_beams": 3}]
+    assert translate_with(engine, [" ", "Ja."]) == ["", "Yes."]
+    with pytest.raises(ValueError, match="`texts` is empty"):
+        translate_with(engine, [])
+    with pytest.raises(TypeError, match="has no translate"):
+        translate_with(object(), ["Ja."])
 
 
-def teacher_forced_log_probabilities(model, tokenizer, source: str, ids: list[int]) -> torch.Tensor:
-    """log p(y_t | y_<t, x) of each token of ``ids`` under the model, from one forward pass."""
-    input_ids = tokenizer([source], return_tensors="pt")["input_ids"]
-    decoder_input_ids = torch.tensor([[model.config.decoder_start_token_id, *ids[:-1]]])
+def test_the_transformers_engine_translates_as_translate_does(mt_model, tokenizer, valid_sentences):
+    texts = valid_sentences["en"][:5]
+    engine = TransformersTranslator(mt_model, tokenizer, max_tokens=30)
+    expected = translate(mt_model, tokenizer, texts, max_tokens=30, num_beams=2, max_new_tokens=6)
+    assert engine.translate(texts, num_beams=2, max_new_tokens=6) == expected
+    assert translate_with(engine, texts, num_beams=2, max_new_tokens=6) == expected
+    with pytest.raises(ValueError, match="is not a transformers model"):
+        TransformersTranslator(Scripted({}), None)
+
+
+# ------------------------------------------------------------------------------------------------
+# perplexity
+# ------------------------------------------------------------------------------------------------
+def test_perplexity_is_the_token_mean_of_the_teacher_forced_cross_entropy(mt_model, tokenizer, valid_sentences):
+    """Batched by length with padding, it equals the per-pair losses summed one by one, divided by the tokens."""
+    sources = tokenizer(valid_sentences["en"][:9])["input_ids"]
+    targets = tokenizer(text_target=valid_sentences["de"][:9])["input_ids"]
+    result = perplexity(mt_model, sources, targets, pad_token_id=tokenizer.pad_token_id, max_tokens=60)
+    nll = smoothed = 0.0
     with torch.no_grad():
-        log_probs = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits[0].log_softmax(-1)
-    return log_probs[torch.arange(len(ids)), ids]
-
-
-def test_translate_candidates_are_the_beams_hypotheses_ranked_by_length_normalised_log_probability(tokenizer, corpus):
-    model, source = tiny_model(seed=0, vocab_size=len(tokenizer)), corpus["en"][3]
-    # An untrained model repeats one token and never stops: give </s> almost that token's embedding (tied to the
-    # output layer), so that beam search finishes candidates of several lengths.
-    greedy = translate_candidates(model, tokenizer, source, num_beams=1, max_new_tokens=12)[0]
-    repeated = max(set(greedy["token_ids"]), key=greedy["token_ids"].count)
-    with torch.no_grad():
-        model.model.shared.weight[EOS] = 0.999 * model.model.shared.weight[repeated]
-
-    best_lengths = {}
-    for alpha in (0.0, 0.6, 2.0):
-        candidates = translate_candidates(model, tokenizer, source, num_beams=4, length_penalty=alpha, max_new_tokens=12)
-        assert len(candidates) == 4
-        assert candidates[0]["text"] == translate(model, tokenizer, [source], num_beams=4, length_penalty=alpha,
-                                                  max_new_tokens=12)[0]  # fmt: skip
-        scores = [c["score"] for c in candidates]
-        assert scores == sorted(scores, reverse=True)
-        for c in candidates:
-            assert c["length"] == len(c["token_ids"]) == len(c["tokens"]) == len(c["token_log_probabilities"])
-            assert c["tokens"] == tokenizer.convert_ids_to_tokens(c["token_ids"])
-            assert c["text"] == tokenizer.decode(c["token_ids"], skip_special_tokens=True)
-            # transformers' score: the summed log-probabilities over length ** alpha (</s> counted, <s> not)
-            assert c["score"] == pytest.approx(c["log_probability"] / c["length"] ** alpha, rel=1e-5)
-            expected = teacher_forced_log_probabilities(model, tokenizer, source, c["token_ids"])
-            torch.testing.assert_close(torch.tensor(c["token_log_probabilities"]), expected, rtol=0, atol=1e-4)
-            assert c["log_probability"] == pytest.approx(float(expected.sum()), abs=1e-3)
-        if alpha == 0.6:
-            assert len({c["length"] for c in candidates}) > 1 and candidates[0]["token_ids"][-1] == EOS
-            two = translate_candidates(model, tokenizer, source, num_beams=4, length_penalty=alpha,
-                                       num_return_sequences=2, max_new_tokens=12)  # fmt: skip
-            assert [c["token_ids"] for c in two] == [c["token_ids"] for c in candidates[:2]]
-        best_lengths[alpha] = candidates[0]["length"]
-    assert best_lengths[2.0] > best_lengths[0.0]  # a larger α favours longer candidates
-
-    (only,) = translate_candidates(model, tokenizer, source, num_beams=1, max_new_tokens=12)
-    assert only["text"] == translate(model, tokenizer, [source], num_beams=1, max_new_tokens=12)[0]
-    assert only["score"] == only["log_probability"]  # greedy decoding has no length penalty
-
-
-def test_translate_candidates_errors(mt_model, tokenizer):
-    with pytest.raises(ValueError, match="one non-empty sentence"):
-        translate_candidates(mt_model, tokenizer, "  ")
-    with pytest.raises(ValueError, match="one non-empty sentence"):
-        translate_candidates(mt_model, tokenizer, ["Hello."])
-    with pytest.raises(ValueError, match=r"num_return_sequences must be an integer from 1 to num_beams=4.*got 5"):
-        translate_candidates(mt_model, tokenizer, "Hello.", num_return_sequences=5)
-    with pytest.raises(ValueError, match="num_beams must be a positive integer"):
-        translate_candidates(mt_model, tokenizer, "Hello.", num_beams=0)
-    with pytest.raises(ValueError, match="Tokenizer and model config do not match"):
-        translate_candidates(tiny_model(), tokenizer, "Hello.")
+        for source, target in zip(sources, targets):
+            out = mt_model(input_ids=torch.tensor([source]), labels=torch.tensor([target]), smoothing=0.1)
+            nll += float(out.nll_loss) * len(target)
+            smoothed += float(out.loss) * len(target)
+    tokens = sum(map(len, targets))
+    assert result["target_tokens"] == tokens
+    assert result["nll"] == pytest.approx(nll / tokens, rel=1e-5) == pytest.approx(result["loss"], rel=1e-6)
+    assert result["ppl"] == pytest.approx(math.exp(nll / tokens), rel=1e-5)
+    smoothed_result = perplexity(mt_model, sources, targets, pad_token_id=tokenizer.pad_token_id, max_tokens=60,
+                                 label_smoothing=0.1)  # fmt: skip
+    assert smoothed_result["loss"] == pytest.approx(smoothed / tokens, rel=1e-5)
+    assert smoothed_result["nll"] == pytest.approx(result["nll"], rel=1e-6)
+    assert not mt_model.training

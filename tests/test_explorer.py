@@ -10,30 +10,21 @@ import urllib.request
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import EOS, SENTENCES, SOURCE, tiny_model
 
 pytest.importorskip("matplotlib")
 
 from vanilla_transformer.evaluation import translate  # noqa: E402
-from vanilla_transformer.explorer import MAX_BEAMS, MAX_SOURCE_CHARACTERS, MAX_SOURCE_TOKENS, Explorer  # noqa: E402
+from vanilla_transformer.explorer import (  # noqa: E402
+    MAX_BEAMS,
+    MAX_SOURCE_CHARACTERS,
+    MAX_SOURCE_TOKENS,
+    Explorer,
+    translate_candidates,
+)
 from vanilla_transformer.tokenization import train_joint_bpe  # noqa: E402
 
-SOURCE, TARGET = "Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bike on the street."
-SENTENCES = [SOURCE, TARGET, "Zwei Hunde spielen im Schnee.", "Two dogs play in the snow.",
-             "Eine Frau liest ein Buch.", "A woman reads a book."]  # fmt: skip
 LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """A folder holding a tiny (untrained) model, 2+2 layers of 4 heads, and its tokenizer."""
-    folder = tmp_path_factory.mktemp("saved")
-    tokenizer = train_joint_bpe(SENTENCES * 3, vocab_size=400, min_frequency=1)
-    model = tiny_model(vocab_size=len(tokenizer))
-    model.generation_config.source_length_offset = 6  # short outputs: an untrained model rarely stops
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture
@@ -135,6 +126,68 @@ def test_a_folder_that_holds_no_model_is_a_clear_error(tmp_path, explorer):
         assert "vanilla-transformer train" in str(error.value)  # and what to give instead
 
 
+# ------------------------------------------------------------------ translate_candidates, with a real tokenizer
+def teacher_forced_log_probabilities(model, tokenizer, source: str, ids: list[int]) -> torch.Tensor:
+    """log p(y_t | y_<t, x) of each token of ``ids`` under the model, from one forward pass."""
+    input_ids = tokenizer([source], return_tensors="pt")["input_ids"]
+    decoder_input_ids = torch.tensor([[model.config.decoder_start_token_id, *ids[:-1]]])
+    with torch.no_grad():
+        log_probs = model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits[0].log_softmax(-1)
+    return log_probs[torch.arange(len(ids)), ids]
+
+
+def test_translate_candidates_are_the_beams_hypotheses_ranked_by_length_normalised_log_probability(tokenizer, valid_sentences):
+    model, source = tiny_model(seed=0, vocab_size=len(tokenizer)), valid_sentences["en"][3]
+    # An untrained model repeats one token and never stops: give </s> almost that token's embedding (tied to the
+    # output layer), so that beam search finishes candidates of several lengths.
+    greedy = translate_candidates(model, tokenizer, source, num_beams=1, max_new_tokens=12)[0]
+    repeated = max(set(greedy["token_ids"]), key=greedy["token_ids"].count)
+    with torch.no_grad():
+        model.model.shared.weight[EOS] = 0.999 * model.model.shared.weight[repeated]
+
+    best_lengths = {}
+    for alpha in (0.0, 0.6, 2.0):
+        candidates = translate_candidates(model, tokenizer, source, num_beams=4, length_penalty=alpha, max_new_tokens=12)
+        assert len(candidates) == 4
+        assert candidates[0]["text"] == translate(model, tokenizer, [source], num_beams=4, length_penalty=alpha,
+                                                  max_new_tokens=12)[0]  # fmt: skip
+        scores = [c["score"] for c in candidates]
+        assert scores == sorted(scores, reverse=True)
+        for c in candidates:
+            assert c["length"] == len(c["token_ids"]) == len(c["tokens"]) == len(c["token_log_probabilities"])
+            assert c["tokens"] == tokenizer.convert_ids_to_tokens(c["token_ids"])
+            assert c["text"] == tokenizer.decode(c["token_ids"], skip_special_tokens=True)
+            # transformers' score: the summed log-probabilities over length ** alpha (</s> counted, <s> not)
+            assert c["score"] == pytest.approx(c["log_probability"] / c["length"] ** alpha, rel=1e-5)
+            expected = teacher_forced_log_probabilities(model, tokenizer, source, c["token_ids"])
+            torch.testing.assert_close(torch.tensor(c["token_log_probabilities"]), expected, rtol=0, atol=1e-4)
+            assert c["log_probability"] == pytest.approx(float(expected.sum()), abs=1e-3)
+        if alpha == 0.6:
+            assert len({c["length"] for c in candidates}) > 1 and candidates[0]["token_ids"][-1] == EOS
+            two = translate_candidates(model, tokenizer, source, num_beams=4, length_penalty=alpha,
+                                       num_return_sequences=2, max_new_tokens=12)  # fmt: skip
+            assert [c["token_ids"] for c in two] == [c["token_ids"] for c in candidates[:2]]
+        best_lengths[alpha] = candidates[0]["length"]
+    assert best_lengths[2.0] > best_lengths[0.0]  # a larger α favours longer candidates
+
+    (only,) = translate_candidates(model, tokenizer, source, num_beams=1, max_new_tokens=12)
+    assert only["text"] == translate(model, tokenizer, [source], num_beams=1, max_new_tokens=12)[0]
+    assert only["score"] == only["log_probability"]  # greedy decoding has no length penalty
+
+
+def test_translate_candidates_errors(tokenizer):
+    mt_model = tiny_model(seed=0, vocab_size=len(tokenizer))
+    with pytest.raises(ValueError, match="one non-empty sentence"):
+        translate_candidates(mt_model, tokenizer, "  ")
+    with pytest.raises(ValueError, match="one non-empty sentence"):
+        translate_candidates(mt_model, tokenizer, ["Hello."])
+    with pytest.raises(ValueError, match=r"num_return_sequences must be an integer from 1 to num_beams=4.*got 5"):
+        translate_candidates(mt_model, tokenizer, "Hello.", num_beams=4, num_return_sequences=5)
+    with pytest.raises(ValueError, match="num_beams must be a positive integer"):
+        translate_candidates(mt_model, tokenizer, "Hello.", num_beams=0)
+    with pytest.raises(ValueError, match="Tokenizer and model config do not match"):
+        translate_candidates(tiny_model(), tokenizer, "Hello.")
+
 # ------------------------------------------------------------------ the page, in a real browser
 def chromium_path() -> str:
     for name in ("chromium", "chromium-browser"):
@@ -159,6 +212,7 @@ def no_connections_out(monkeypatch):
     return refused
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:gradio.queueing")  # pandas 3 deprecations inside gradio
 def test_the_page_in_a_browser_translates_and_shows_each_heads_attention(saved, tmp_path, no_connections_out):
     executable = chromium_path()

@@ -26,9 +26,9 @@ from vanilla_transformer.finetuning import (
     TranslationSeq2SeqTrainer,
     build_model_and_tokenizer,
     build_trainer,
-    finetune,
     make_training_arguments,
     prepare_datasets,
+    train_with_seq2seq_trainer,
 )
 from vanilla_transformer.schedule import noam_learning_rate, peak_learning_rate
 from vanilla_transformer.tokenization import train_joint_bpe
@@ -100,7 +100,7 @@ def test_finetuning_a_saved_model_lowers_eval_loss_and_reports_bleu_and_chrf(cor
     tiny_model(vocab_size=len(tokenizer)).save_pretrained(start)
     tokenizer.save_pretrained(start)
 
-    result = finetune(
+    result = train_with_seq2seq_trainer(
         corpus, tmp_path / "out", model=start, max_train_pairs=300, max_eval_pairs=8, eval_before=True,
         max_steps=40, warmup_steps=10, lr_factor=0.5, per_device_train_batch_size=16, per_device_eval_batch_size=4,
         logging_steps=1, disable_tqdm=True,

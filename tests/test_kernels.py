@@ -107,3 +107,50 @@ def test_linear_cross_entropy_with_a_workspace_is_bit_identical_and_reuses_it(mo
     monkeypatch.setattr(kernels, "LOSS_WORKSPACE_BYTES", 10 * 61 * buffer.itemsize - 1)
     small = {}
     assert all(torch.equal(a, b) for a, b in zip(plain, run(small))) and not small  # over the limit: not used
+
+
+def test_linear_cross_entropy_does_its_gradient_work_in_backward_only():
+    """The forward pass is one matmul per block of columns whether or not the loss will be backpropagated; the
+    gradient matmuls run in backward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountMatmuls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(12, 16, requires_grad=True), torch.randn(61, 16, requires_grad=True)
+    targets = torch.randint(0, 61, (12,))
+    blocks = 4  # 61 columns in blocks of 16
+    with CountMatmuls() as forward:
+        smoothed, _ = kernels.linear_cross_entropy_sums(hidden, weight, targets, 0.1, block_columns=16)
+    with torch.no_grad(), CountMatmuls() as untracked:
+        kernels.linear_cross_entropy_sums(hidden, weight, targets, 0.1, block_columns=16)
+    with CountMatmuls() as backward:
+        smoothed.backward()
+    assert forward.count == untracked.count == blocks
+    assert backward.count == 3 * blocks  # the logits again, then grad_hidden and grad_weight per block
+
+
+def test_a_workspace_taken_over_by_a_later_forward_pass_is_not_read_by_an_earlier_backward():
+    """Two forward passes sharing one workspace, then the first one's backward: it computes its logits again
+    instead of reading the second pass's, and its gradients are those of a run without a workspace."""
+    torch.manual_seed(0)
+    weight = torch.randn(61, 16, requires_grad=True)
+    first, second = torch.randn(10, 16, requires_grad=True), torch.randn(10, 16, requires_grad=True)
+    targets = torch.randint(0, 61, (10,))
+    plain, _ = kernels.linear_cross_entropy_sums(first, weight, targets, 0.1, block_columns=16)
+    plain.backward()
+    expected = first.grad.clone(), weight.grad.clone()
+    first.grad = weight.grad = None
+    workspace = {}
+    loss_1, _ = kernels.linear_cross_entropy_sums(first, weight, targets, 0.1, block_columns=16, workspace=workspace)
+    kernels.linear_cross_entropy_sums(second, weight, targets, 0.1, block_columns=16, workspace=workspace)
+    loss_1.backward()
+    assert torch.equal(first.grad, expected[0]) and torch.equal(weight.grad, expected[1])
+

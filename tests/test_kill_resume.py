@@ -6,12 +6,15 @@ The harness is ``benchmarks/kill_resume.py`` (its longer default run: 30 kills);
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import kill_resume  # noqa: E402
 
 
+@pytest.mark.slow
 def test_ten_kills_and_resumes_end_bit_identical_to_an_uninterrupted_run(tmp_path):
     report = kill_resume.main(["--kills", "10", "--steps", "120", "--save-every", "3",
                                "--output", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")])  # fmt: skip

@@ -2,11 +2,10 @@
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import SENTENCES
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.loading import (
-    PRESETS,
     load_model,
     load_model_and_tokenizer,
     load_tokenizer,
@@ -14,24 +13,10 @@ from vanilla_transformer.loading import (
     preset_config,
 )
 from vanilla_transformer.tokenization import train_joint_bpe
+from vanilla_transformer.training_config import PRESETS
 
-SENTENCES = ["A dog runs.", "Two men talk.", "The cat sleeps.", "It rains today.", "Ein Hund rennt.", "Es regnet."]
 TINY = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
         "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_joint_bpe(SENTENCES * 3, vocab_size=300)
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory, tokenizer):
-    """A folder holding a tiny model and its tokenizer, as the training command leaves it."""
-    folder = tmp_path_factory.mktemp("saved")
-    tiny_model(vocab_size=len(tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_presets_are_the_configurations_of_table_3_with_overrides():
@@ -43,32 +28,32 @@ def test_presets_are_the_configurations_of_table_3_with_overrides():
         preset_config("huge")
 
 
-def test_a_new_model_takes_its_vocabulary_and_special_ids_from_the_tokenizer(tokenizer):
-    model = new_model("base", tokenizer, **TINY)
-    assert model.config.vocab_size == len(tokenizer) and model.config.d_model == 32
-    ids = (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id)
+def test_a_new_model_takes_its_vocabulary_and_special_ids_from_the_tokenizer(sentence_tokenizer):
+    model = new_model("base", sentence_tokenizer, **TINY)
+    assert model.config.vocab_size == len(sentence_tokenizer) and model.config.d_model == 32
+    ids = (sentence_tokenizer.pad_token_id, sentence_tokenizer.bos_token_id, sentence_tokenizer.eos_token_id, sentence_tokenizer.bos_token_id)
     assert (model.config.pad_token_id, model.config.bos_token_id, model.config.eos_token_id,
             model.config.decoder_start_token_id) == ids  # fmt: skip
     with pytest.raises(ValueError, match="Tokenizer and model config do not match"):
-        new_model("base", tokenizer, vocab_size=100, **TINY)  # a vocabulary smaller than the tokenizer's
+        new_model("base", sentence_tokenizer, vocab_size=100, **TINY)  # a vocabulary smaller than the sentence_tokenizer's
 
 
-def test_a_saved_folder_loads_in_eval_mode_with_its_tokenizer(saved, tokenizer):
+def test_a_saved_folder_loads_in_eval_mode_with_its_tokenizer(saved, sentence_tokenizer):
     model, loaded = load_model_and_tokenizer(saved)
     assert isinstance(model, VanillaTransformerForConditionalGeneration) and not model.training
-    assert loaded.get_vocab() == tokenizer.get_vocab()
+    assert loaded.get_vocab() == sentence_tokenizer.get_vocab()
     reference = VanillaTransformerForConditionalGeneration.from_pretrained(saved)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
     eager, _ = load_model_and_tokenizer(saved, attn_implementation="eager", device="cpu")
     assert eager.config._attn_implementation == "eager" and next(eager.parameters()).device.type == "cpu"
 
 
-def test_the_tokenizer_may_come_from_another_folder(saved, tokenizer, tmp_path):
+def test_the_tokenizer_may_come_from_another_folder(saved, sentence_tokenizer, tmp_path):
     load_model(saved).save_pretrained(tmp_path / "model")  # a model folder without a tokenizer
     with pytest.raises(ValueError, match="No tokenizer.json in .*model'"):
         load_model_and_tokenizer(tmp_path / "model")
     model, loaded = load_model_and_tokenizer(tmp_path / "model", tokenizer=saved)
-    assert len(loaded) == len(tokenizer) == model.config.vocab_size
+    assert len(loaded) == len(sentence_tokenizer) == model.config.vocab_size
 
 
 def test_what_is_not_a_saved_model_or_a_fitting_tokenizer_is_refused(saved, tmp_path):

@@ -212,19 +212,28 @@ def test_eager_and_sdpa_agree_on_outputs_and_gradients():
         assert torch.allclose(grad, results["sdpa"][1][name], atol=1e-5), name
 
 
-def test_attention_weights_need_eager_and_are_distributions():
-    model = tiny_model()
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        model(input_ids=random_ids(1, 4), decoder_input_ids=random_ids(1, 3), output_attentions=True)
-    model.set_attn_implementation("eager")
+def test_attention_weights_are_distributions_and_sdpa_returns_the_eager_ones():
+    """``output_attentions=True`` returns the weights under every attention implementation: SDPA computes no
+    weights, so the layers asked for them run the eager computation (with SDPA's masks), and give eager's
+    outputs."""
     mask = torch.tensor([[1, 1, 1, 0]])
-    out = model(input_ids=random_ids(1, 4), attention_mask=mask, decoder_input_ids=random_ids(1, 3), output_attentions=True)
+    inputs = dict(input_ids=random_ids(1, 4), attention_mask=mask, decoder_input_ids=random_ids(1, 3))
+    outputs = {}
+    for attn in ("sdpa", "eager"):
+        model = tiny_model()
+        model.set_attn_implementation(attn)
+        outputs[attn] = model(**inputs, output_attentions=True)
+    out = outputs["eager"]
     assert len(out.encoder_attentions) == len(out.decoder_attentions) == len(out.cross_attentions) == 2
     assert out.encoder_attentions[0].shape == (1, 4, 4, 4)
     for weights in (*out.encoder_attentions, *out.decoder_attentions, *out.cross_attentions):
         assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
     assert (out.encoder_attentions[0][..., 3] == 0).all()  # the padded key gets no attention
     assert (out.decoder_attentions[0].triu(diagonal=1) == 0).all()  # no attention to the future
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        for sdpa, eager in zip(getattr(outputs["sdpa"], name), getattr(out, name), strict=True):
+            assert torch.allclose(sdpa, eager, atol=1e-6)
+    assert torch.allclose(outputs["sdpa"].logits, out.logits, atol=1e-5)
 
 
 # ------------------------------------------------------------------ training utilities
@@ -274,15 +283,21 @@ def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
     assert torch.allclose(torch.stack(full), torch.stack(untracked), rtol=1e-6)
 
 
-def test_model_keeps_its_loss_workspace_in_training_only():
-    model = tiny_model().train()
+def test_the_loss_workspace_is_the_callers_and_the_model_keeps_no_state():
+    """With ``loss_workspace`` the logits are kept in the caller's dict between forward and backward, with the
+    same loss and gradients as without it; the model holds nothing between calls."""
     src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
-    model(input_ids=src, labels=tgt, skip_logits=True).loss.backward()
-    assert model._loss_workspace["logits"].numel() == 2 * 5 * model.config.vocab_size
-    model.eval()
-    assert not model._loss_workspace  # memory given back
-    model(input_ids=src, labels=tgt, skip_logits=True)
-    assert not model._loss_workspace
+    results = []
+    for workspace in (None, {}):
+        model = tiny_model().train()
+        before = set(vars(model))
+        out = model(input_ids=src, labels=tgt, skip_logits=True, smoothing=0.1, loss_workspace=workspace)
+        out.loss.backward()
+        assert set(vars(model)) == before  # no attribute added by a training step
+        results.append((out.loss.detach(), model.lm_head.weight.grad.clone()))
+        if workspace is not None:
+            assert workspace["logits"].numel() == 2 * 5 * model.config.vocab_size
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 
 def test_skip_logits_needs_labels(model):
@@ -305,11 +320,25 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 
 def test_dropout_is_active_in_training_and_off_in_eval():
+    """§5.4: dropout on embeddings + positions (and on every sub-layer output) in training, none in eval. The
+    encoder's first hidden state (embeddings × √d_model + positions, after dropout) has about p of its elements
+    zeroed and the rest scaled by 1/(1-p); a training pass is reproducible from its seed."""
     model = tiny_model(dropout=0.3)
-    src, tgt = random_ids(1, 6), random_ids(1, 5, seed=1)
-    assert torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
+    src, tgt = random_ids(8, 16), random_ids(8, 5, seed=1)
+
+    def run(seed):
+        torch.manual_seed(seed)
+        return model(input_ids=src, decoder_input_ids=tgt, output_hidden_states=True)
+
+    clean = run(0)
+    assert torch.equal(clean.logits, run(1).logits) and (clean.encoder_hidden_states[0] != 0).all()
     model.train()
-    assert not torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
+    dropped, again, other = run(0), run(0), run(1)
+    assert torch.equal(dropped.logits, again.logits) and not torch.equal(dropped.logits, other.logits)
+    first, reference = dropped.encoder_hidden_states[0], clean.encoder_hidden_states[0]
+    zeroed = first == 0
+    assert abs(zeroed.float().mean().item() - 0.3) < 0.05
+    torch.testing.assert_close(first[~zeroed], reference[~zeroed] / 0.7, rtol=1e-5, atol=1e-6)
 
 
 
@@ -431,11 +460,19 @@ def test_head_dim_survives_save_and_from_pretrained(overrides, tmp_path):
 
 
 # ------------------------------------------------------------------ §6.1 generation defaults
-def test_generation_defaults_are_the_papers_and_are_saved(tmp_path, model):
-    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 0.6)
+def test_the_class_keeps_transformers_decoding_and_the_papers_limit_and_checkpoints_carry_the_papers(tmp_path):
+    """A bare model decodes with transformers' defaults (greedy) plus the §6.1 per-sentence limit; the paper's
+    beam 4 and α 0.6 (PAPER_DECODING) are what the package's checkpoints carry in generation_config.json."""
+    from vanilla_transformer.modeling_vanilla_transformer import PAPER_DECODING
+
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    assert model.generation_config.num_beams in (None, 1) and model.generation_config.source_length_offset == 50
+    assert PAPER_DECODING == {"num_beams": 4, "length_penalty": 0.6, "source_length_offset": 50}
+    model.generation_config.update(**PAPER_DECODING)
     model.save_pretrained(tmp_path)
     saved = (tmp_path / "generation_config.json").read_text()
     assert '"num_beams": 4' in saved and '"length_penalty": 0.6' in saved and '"source_length_offset": 50' in saved
+    assert type(model).from_pretrained(tmp_path).generation_config.num_beams == 4
 
 
 def test_without_a_length_each_sentence_may_produce_source_length_plus_50_tokens():

@@ -13,7 +13,6 @@ import vanilla_transformer
 from vanilla_transformer import CUSTOM_PIPELINES, PIPELINE_TASK, VanillaTranslationPipeline
 from vanilla_transformer.cli import build_parser, main
 from vanilla_transformer.evaluation import translate
-from vanilla_transformer.tokenization import train_joint_bpe
 from vanilla_transformer.training import TrainConfig, push_folder_to_hub
 
 PIPELINE_FILE = Path(vanilla_transformer.__file__).with_name("pipeline_vanilla_transformer.py")
@@ -27,24 +26,14 @@ ENTRY = {
 
 
 @pytest.fixture(scope="module")
-def sentences(corpus) -> dict[str, list[str]]:
-    return {lang: (corpus / f"valid.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de")}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(sentences):
-    return train_joint_bpe(sentences["en"] + sentences["de"], vocab_size=400)
-
-
-@pytest.fixture(scope="module")
 def mt_model(tokenizer):
     # seed 2 gives different (random-model) outputs for different sentences, so equality means something
     return tiny_model(seed=2, vocab_size=len(tokenizer), max_position_embeddings=256)
 
 
 @pytest.fixture(scope="module")
-def texts(sentences, tokenizer) -> list[str]:
-    chosen = [sentences["en"][i] for i in (0, 5, 17, 42, 60)]
+def texts(valid_sentences, tokenizer) -> list[str]:
+    chosen = [valid_sentences["en"][i] for i in (0, 5, 17, 42, 60)]
     assert len({len(tokenizer(t)["input_ids"]) for t in chosen}) > 2  # batches need padding
     return chosen
 

@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from vanilla_transformer import VanillaTransformerConfig
@@ -22,6 +23,23 @@ def test_accelerate_configs_are_valid_yaml_for_their_setups():
     assert configs["multinode"]["num_machines"] > 1 and "main_process_ip" in configs["multinode"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda path: path.name)
+def test_each_recipe_loads_into_train_config_and_names_only_files_that_exist(recipe):
+    values = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    config = TrainConfig.from_file(recipe)
+    assert {name: getattr(config, name) for name in values} == values  # every key is a setting, read as written
+    for name in ("train_file", "validation_file", "test_file", "tokenizer_name", "model_name_or_path"):
+        path = getattr(config, name)
+        if path is not None and not str(path).startswith(("http", "hf://")) and "/" in str(path):
+            assert (ROOT / path).exists() or Path(path).exists(), f"{recipe.name}: {name}={path!r} does not exist"
+    if str(config.dataset_name).startswith(("data/", "./", "../")):  # a local corpus, not a Hub dataset
+        assert (ROOT / config.dataset_name).is_dir(), f"{recipe.name}: dataset_name={config.dataset_name!r} is not a folder"
+    else:
+        assert config.dataset_config_name, f"{recipe.name}: a Hub dataset needs its configuration"
+
+
+@pytest.mark.slow
 def test_the_paper_recipe_runs_two_steps_on_local_data(corpus, tmp_path):
     recipe = TrainConfig.from_file(ROOT / "configs" / "wmt14_en_de_base.yaml")
     assert (recipe.preset, recipe.warmup_steps, recipe.label_smoothing_factor, recipe.average_last) == ("base", 4000, 0.1, 5)
@@ -39,6 +57,7 @@ def test_the_paper_recipe_runs_two_steps_on_local_data(corpus, tmp_path):
     assert (saved["d_model"], saved["encoder_layers"], saved["encoder_ffn_dim"]) == (base.d_model, 6, base.encoder_ffn_dim)
 
 
+@pytest.mark.slow
 def test_the_main_job_configuration_runs_on_a_tiny_budget(corpus, tmp_path):
     config = TrainConfig.from_file(
         ROOT / "configs" / "tatoeba_en_de_small.yaml", dataset_name=str(corpus), vocab_size=500, max_steps=4, save_steps=2,

@@ -62,7 +62,7 @@ def test_saved_folder_has_auto_map_and_the_portable_files(tmp_path):
     "overrides", [{}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12}], ids=["paper", "head_dim"]
 )
 def test_folder_loads_and_generates_identically_without_the_package(tmp_path, overrides):
-    model = tiny_model(**overrides)
+    model = tiny_model(**overrides)  # with the paper's decoding, as the package's checkpoints carry it
     folder = tmp_path / "checkpoint"
     model.save_pretrained(folder)
     src = random_ids(2, 6)
@@ -93,7 +93,7 @@ def test_folder_loads_and_generates_identically_without_the_package(tmp_path, ov
         with torch.no_grad():
             logits = model(input_ids=src, decoder_input_ids=greedy).logits
         torch.save({{"greedy": greedy, "beam": beam, "logits": logits}}, {str(tmp_path / "out.pt")!r})
-        assert model.config.head_dim == {overrides.get("head_dim")!r}, model.config.head_dim
+        assert model.config.head_dim == {model.config.head_dim!r}, model.config.head_dim
         assert model.model.decoder.layers[0].self_attn.q_proj.weight.shape[0] == {q_rows}
         base = AutoModel.from_pretrained(folder, trust_remote_code=True)
         assert type(base).__name__ == "VanillaTransformerModel"

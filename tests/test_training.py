@@ -245,19 +245,19 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_the_run_res
 def test_a_non_finite_loss_stops_the_run_before_its_next_checkpoint_and_keeps_the_last_one(corpus, tmp_path, monkeypatch):
     from vanilla_transformer import training
 
-    real, calls = training._loss_sums, []
+    real, calls = training.loss_sums, []
 
-    def poisoned(model, batch, smoothing):
-        smoothed, nll = real(model, batch, smoothing)
+    def poisoned(model, batch, smoothing, workspace=None):
+        smoothed, nll = real(model, batch, smoothing, workspace)
         calls.append(model.training)
         return (smoothed * float("nan") if len(calls) == 3 else smoothed), nll
 
-    monkeypatch.setattr(training, "_loss_sums", poisoned)
+    monkeypatch.setattr(training, "loss_sums", poisoned)
     # found at the next checkpoint (step 4), before it is written: no checkpoint holds the updates of a NaN loss
     with pytest.raises(FloatingPointError, match="in steps 3-4, found before any checkpoint of it was written; the newest checkpoint.*checkpoint-2"):
         train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2))
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
-    monkeypatch.setattr(training, "_loss_sums", real)
+    monkeypatch.setattr(training, "loss_sums", real)
     summary = train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2, resume_from_checkpoint="latest"))
     assert summary["step"] == 6
     weights = load_file(tmp_path / "run" / "final" / "model.safetensors")

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from vanilla_transformer.loading import PRESETS
+from vanilla_transformer.training_config import PRESETS
 from vanilla_transformer.training import TrainConfig as ReExported
 from vanilla_transformer.training_config import TrainConfig, options_from_file
 

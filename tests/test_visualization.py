@@ -5,12 +5,11 @@ training hook in test_training.py."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from conftest import SOURCE, TARGET, tiny_model
 
 pytest.importorskip("matplotlib")
 
 from vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
-from vanilla_transformer.tokenization import train_joint_bpe  # noqa: E402
 from vanilla_transformer.schedule import noam_learning_rate  # noqa: E402
 from vanilla_transformer.visualization import (  # noqa: E402
     FILES,
@@ -26,9 +25,6 @@ from vanilla_transformer.visualization import (  # noqa: E402
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SOURCE, TARGET = "Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bike on the street."
-SENTENCES = [SOURCE, TARGET, "Zwei Hunde spielen im Schnee.", "Two dogs play in the snow.",
-             "Eine Frau liest ein Buch.", "A woman reads a book."]  # fmt: skip
 
 
 def assert_png(path, min_width=900, max_width=1800, min_height=250, max_height=1800):
@@ -43,13 +39,8 @@ def assert_png(path, min_width=900, max_width=1800, min_height=250, max_height=1
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return train_joint_bpe(SENTENCES * 3, vocab_size=400, min_frequency=1)
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return tiny_model(vocab_size=len(tokenizer))
+def model(sentence_tokenizer):
+    return tiny_model(vocab_size=len(sentence_tokenizer))
 
 
 def rebuild(labels):
@@ -80,7 +71,7 @@ def test_positional_encoding_picture_shows_the_models_own_buffer(tmp_path, model
 
 
 # ------------------------------------------------------------------ §3.2.3 masks
-def test_mask_pictures_are_the_masks_the_model_builds(tmp_path, tokenizer):
+def test_mask_pictures_are_the_masks_the_model_builds(tmp_path, sentence_tokenizer):
     data = plot_masks(tmp_path / "masks.png")  # sequences of 9 and 5 tokens
     n, length = 9, 5
     lower = torch.tril(torch.ones(n, n, dtype=torch.bool))
@@ -96,9 +87,9 @@ def test_mask_pictures_are_the_masks_the_model_builds(tmp_path, tokenizer):
     assert_png(tmp_path / "masks.png")
 
     # a batch tokenised and padded by a real tokenizer
-    data = plot_masks(tmp_path / "masks2.png", tokenizer, [SOURCE, "Zwei Hunde."])
-    batch = tokenizer([SOURCE, "Zwei Hunde."], padding=True)
-    assert data["tokens"] == [tokenizer.convert_ids_to_tokens(ids) for ids in batch["input_ids"]]
+    data = plot_masks(tmp_path / "masks2.png", sentence_tokenizer, [SOURCE, "Zwei Hunde."])
+    batch = sentence_tokenizer([SOURCE, "Zwei Hunde."], padding=True)
+    assert data["tokens"] == [sentence_tokenizer.convert_ids_to_tokens(ids) for ids in batch["input_ids"]]
     assert data["tokens"][1][-1] == "<pad>" and data["padded_index"] == 1
     keep = torch.tensor(batch["attention_mask"][1], dtype=torch.bool)
     assert torch.equal(data["padding"], keep[None, :].expand_as(data["padding"]))
@@ -137,13 +128,13 @@ def test_label_smoothing_picture_is_the_target_of_the_models_loss(tmp_path, mode
 
 
 # ------------------------------------------------------------------ §3.2 attention maps
-def test_attention_maps_of_a_sentence_pair_with_the_real_tokens(tmp_path, model, tokenizer):
+def test_attention_maps_of_a_sentence_pair_with_the_real_tokens(tmp_path, model, sentence_tokenizer):
     implementation = model.config._attn_implementation
-    maps = draw_attention_maps(model, tokenizer, SOURCE, tmp_path, target=TARGET)
-    source_ids = tokenizer(SOURCE)["input_ids"]
-    target_ids = tokenizer(text_target=TARGET)["input_ids"]
-    assert maps["source_tokens"] == tokenizer.convert_ids_to_tokens(source_ids)
-    assert maps["output_tokens"] == tokenizer.convert_ids_to_tokens(target_ids)
+    maps = draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path, target=TARGET)
+    source_ids = sentence_tokenizer(SOURCE)["input_ids"]
+    target_ids = sentence_tokenizer(text_target=TARGET)["input_ids"]
+    assert maps["source_tokens"] == sentence_tokenizer.convert_ids_to_tokens(source_ids)
+    assert maps["output_tokens"] == sentence_tokenizer.convert_ids_to_tokens(target_ids)
     assert maps["decoder_input_tokens"] == ["<s>", *maps["output_tokens"][:-1]]
     # readable labels: no byte-level symbols, and they spell the sentences again
     assert not any("Ġ" in label or "Ã" in label for label in maps["source_labels"] + maps["output_labels"])
@@ -165,23 +156,23 @@ def test_attention_maps_of_a_sentence_pair_with_the_real_tokens(tmp_path, model,
     assert model.config._attn_implementation == implementation  # eager only while drawing
 
     # chosen heads of the first layer
-    some = draw_attention_maps(model, tokenizer, SOURCE, tmp_path / "some", target=TARGET, layer=0, heads=[1, 3])
+    some = draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path / "some", target=TARGET, layer=0, heads=[1, 3])
     assert some["encoder"].shape[0] == 2 and some["heads"]["encoder"] == [1, 3]
     assert_png(some["files"]["cross"], min_height=150)
 
 
-def test_attention_maps_of_the_models_own_translation(tmp_path, model, tokenizer):
-    maps = draw_attention_maps(model, tokenizer, SOURCE, tmp_path, num_beams=1, generate_kwargs={"max_new_tokens": 6})
-    input_ids = torch.tensor([tokenizer(SOURCE)["input_ids"]])
+def test_attention_maps_of_the_models_own_translation(tmp_path, model, sentence_tokenizer):
+    maps = draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path, num_beams=1, generate_kwargs={"max_new_tokens": 6})
+    input_ids = torch.tensor([sentence_tokenizer(SOURCE)["input_ids"]])
     generated = model.generate(input_ids, num_beams=1, max_new_tokens=6)[0].tolist()
-    assert maps["generated"] and maps["decoder_input_tokens"] == tokenizer.convert_ids_to_tokens(generated[:-1])
-    assert maps["output_tokens"] == tokenizer.convert_ids_to_tokens(generated[1:])
+    assert maps["generated"] and maps["decoder_input_tokens"] == sentence_tokenizer.convert_ids_to_tokens(generated[:-1])
+    assert maps["output_tokens"] == sentence_tokenizer.convert_ids_to_tokens(generated[1:])
     assert maps["cross"].shape[1] == len(generated) - 1
     assert all(path.is_file() for path in maps["files"].values())
 
 
-def test_one_kind_of_attention_for_chosen_heads(tmp_path, model, tokenizer):
-    maps = attention_maps(model, tokenizer, SOURCE, TARGET, layer=0, heads=[0, 2, 3])
+def test_one_kind_of_attention_for_chosen_heads(tmp_path, model, sentence_tokenizer):
+    maps = attention_maps(model, sentence_tokenizer, SOURCE, TARGET, layer=0, heads=[0, 2, 3])
     drawn = draw_attention(tmp_path / "cross.png", maps, "cross", heads=[3])
     assert drawn["heads"] == [3] and torch.equal(drawn["weights"], maps["cross"][[2]])  # head 3 is the maps' third
     assert_png(drawn["path"], min_height=150)
@@ -213,7 +204,7 @@ def test_masked_positions_get_no_attention_in_a_padded_batch(model):
     [(2, None, r"layer 2 does not exist.*2 layers.*0\.\.1"), (-3, None, r"layer -3 does not exist.*0\.\.1"),
      (-1, [4], r"head 4 does not exist.*4 heads.*0\.\.3"), (0, [0, -5], r"head -5 does not exist.*0\.\.3")],
 )  # fmt: skip
-def test_a_layer_or_head_that_does_not_exist_is_a_clear_error(tmp_path, model, tokenizer, layer, heads, message):
+def test_a_layer_or_head_that_does_not_exist_is_a_clear_error(tmp_path, model, sentence_tokenizer, layer, heads, message):
     with pytest.raises(ValueError, match=message):
-        draw_attention_maps(model, tokenizer, SOURCE, tmp_path, target=TARGET, layer=layer, heads=heads)
+        draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path, target=TARGET, layer=layer, heads=heads)
     assert not list(tmp_path.iterdir())  # nothing drawn

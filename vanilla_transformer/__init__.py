@@ -19,11 +19,13 @@ layer without a circle; ``tests/test_layers.py`` checks every import, including 
    ``generation_vanilla_transformer``, ``kernels_vanilla_transformer`` (every ``*_vanilla_transformer.py``
    imports only torch, transformers, huggingface_hub, safetensors, the standard library and, relatively,
    the others), and this ``__init__``
-3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints``, ``distributed`` (decisions and
-   collectives that every process takes together), ``loading``, ``training_config``, ``deployment`` (the
+3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints`` (and the atomic writes of the whole
+   package), ``distributed`` (decisions and collectives that every process takes together), ``training_config``
+   (run settings and the presets they name), ``loading`` (above ``training_config``), ``deployment`` (the
    CTranslate2 export and engine, above ``loading``)
-4. evaluation: ``evaluation``
-5. reporting: ``visualization``, ``cards``, and ``explorer`` (the attention explorer, a Gradio app)
+4. evaluation: ``evaluation`` (the translation interface both engines implement, scoring, perplexity)
+5. reporting: ``visualization``, ``cards``, and ``explorer`` (the attention explorer, a Gradio app, with its
+   beam-candidate inspection)
 6. training: ``training`` (Accelerate) and ``finetuning`` (transformers' Seq2SeqTrainer)
 7. command line: ``cli``, ``__main__``
 

@@ -5,6 +5,8 @@ command calls it); :func:`build_model_card` builds it from the run's ``TrainConf
 model's configuration and the run's summary (its ``results.json``). Cards use huggingface_hub's
 ``ModelCard`` / ``ModelCardData``, with the measured sacreBLEU and chrF in the ``model-index`` metadata
 so that the Hub renders them. Every score in a card is read from the summary; nothing is typed in by hand.
+What a card says about the data comes from the run too: the corpus folder's ``dataset_card.json``
+(:data:`DATASET_CARD`, e.g. ``data/tatoeba_en_de/dataset_card.json``), or only the data's name.
 
 ``scripts/make_model_cards.py`` builds the cards of ``model_cards/`` from the committed results files
 with the same pieces.
@@ -12,6 +14,7 @@ with the same pieces.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,16 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .loading import preset_config
 
-__all__ = ["CITATION", "TAGS", "architecture_table", "assemble_card", "build_model_card", "write_model_card"]
+__all__ = [
+    "CITATION",
+    "DATASET_CARD",
+    "TAGS",
+    "architecture_table",
+    "assemble_card",
+    "build_model_card",
+    "dataset_description",
+    "write_model_card",
+]
 
 CITATION = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
@@ -31,85 +43,56 @@ CITATION = """@inproceedings{vaswani2017attention,
 
 TAGS = ["translation", "vanilla-transformer", "attention-is-all-you-need", "custom_code"]
 
-# Data sets, by the last component of ``TrainConfig.data``. ``hub_id`` goes into the ``datasets`` metadata.
-DATASETS: dict[str, dict[str, str | None]] = {
-    "tatoeba_en_de": {
-        "hub_id": "tatoeba",
-        "title": "Tatoeba English–German, the fixed split bundled in `data/tatoeba_en_de`",
-        "about": (
-            "short everyday sentences written and translated by volunteers of the Tatoeba project (taken from "
-            "manythings.org/anki), split so that no English sentence occurs in two splits; how the split was "
-            "made is in `data/tatoeba_en_de/README.md`"
-        ),
-        "licence": (
-            "Creative Commons Attribution 2.0 (CC BY 2.0, https://creativecommons.org/licenses/by/2.0/); "
-            "attribution: www.manythings.org/anki and tatoeba.org"
-        ),
-        "caveat": (
-            "The split is by English sentence: for de→en, some German test sentences also occur in the training "
-            "split (counted in `data/tatoeba_en_de/README.md`)."
-        ),
-        "citation": None,
-    },
-    "multi30k": {
-        "hub_id": "multi30k",
-        "title": "Multi30k (WMT 2016 multimodal translation, task 1), English–German",
-        "about": (
-            "English descriptions of Flickr30K images and their German translations: the `train`, `val` and "
-            "`test_2016_flickr` files of the official repository (https://github.com/multi30k/dataset, commit "
-            "a3d2e0d26b56f3846f66a952536ffed4e401d05a), untokenised; provenance in `shared/data/multi30k/SOURCE.md`"
-        ),
-        "licence": (
-            "no explicit licence for the text; the source provides it for non-commercial research and "
-            "educational use only (it is partly derived from Flickr30K, whose images fall under the Flickr "
-            "Terms of Use), and asks users to cite Elliott et al. (2016)"
-        ),
-        "caveat": None,
-        "citation": """@inproceedings{elliott2016multi30k,
-  title     = {Multi30K: Multilingual English-German Image Descriptions},
-  author    = {Elliott, Desmond and Frank, Stella and Sima'an, Khalil and Specia, Lucia},
-  booktitle = {Proceedings of the 5th Workshop on Vision and Language},
-  pages     = {70--74},
-  year      = {2016},
-  doi       = {10.18653/v1/W16-3210}
-}""",
-    },
-    "wmt14": {
-        "hub_id": "wmt14",
-        "title": "WMT 2014 English–German (Hub dataset `wmt14`, configuration `de-en`)",
-        "about": "train / validation (newstest2013) / test (newstest2014) of the Hub dataset `wmt14`",
-        "licence": "the terms of each WMT 2014 corpus (see the dataset's page on the Hub)",
-        "caveat": None,
-        "citation": None,
-    },
-}
+#: The file of a corpus folder that describes its data set for model cards: a JSON object with ``title`` (how the
+#: card names the data), ``hub_id`` (the Hub dataset id of the ``datasets`` metadata, or null), ``about``,
+#: ``licence``, ``caveat`` (a limitation, for the reverse direction) and ``citation`` (BibTeX, or null).
+DATASET_CARD = "dataset_card.json"
+_DATASET_FIELDS = ("hub_id", "title", "about", "licence", "caveat", "citation")
 
 
 # ------------------------------------------------------------------ pieces shared by the cards
-def _dataset(config: Any) -> dict[str, str | None]:
-    key = Path(str(config.dataset_name)).name
-    if key in DATASETS:
-        return DATASETS[key]
+def dataset_description(config: Any) -> dict[str, str | None]:
+    """What a card says about the run's data: the corpus folder's :data:`DATASET_CARD` (the folder of
+    ``config.train_file`` when the pairs were given as files, else ``config.dataset_name``), or, without one,
+    only the name the run gave (a Hub dataset or a folder of someone else's data: its own terms apply).
+
+    Raises:
+        ValueError: the folder's :data:`DATASET_CARD` is not a JSON object of the known fields, with a title.
+    """
+    source = Path(str(config.train_file)).parent if getattr(config, "train_file", None) else Path(str(config.dataset_name))
+    path = source / DATASET_CARD
+    if path.is_file():
+        described = json.loads(path.read_text(encoding="utf-8"))
+        unknown = set(described) - set(_DATASET_FIELDS) if isinstance(described, dict) else set()
+        if not isinstance(described, dict) or unknown or not described.get("title"):
+            raise ValueError(
+                f"{path} must be a JSON object with a title and only the fields {', '.join(_DATASET_FIELDS)}"
+                f"{f'; unknown: {sorted(unknown)}' if unknown else ''}. Fix the file or remove it."
+            )
+        return {field: described.get(field) for field in _DATASET_FIELDS}
     return {"hub_id": None, "title": f"`{config.dataset_name}`", "about": None, "licence": "see the data's own terms",
             "caveat": None, "citation": None}  # fmt: skip
 
 
-def architecture_table(mc: Any) -> str:
-    """The rows of a Markdown table of the model configuration ``mc``: sizes, and the paper's choices or deviations."""
-    norm = "pre-LN (deviation)" if mc.norm_first else "post-LN, as in the paper"
-    positions = "learned (deviation)" if mc.position_embedding_type == "learned" else "sinusoidal (§3.5)"
-    scaled = "scaled by √d_model (§3.4)" if mc.scale_embedding else "not scaled (deviation)"
-    shared = "one matrix for source, target and output layer (§3.4)" if mc.tie_word_embeddings else "separate matrices (deviation)"
-    head_dim = getattr(mc, "head_dim", None)  # d_k = d_v; None: d_model / heads, as in the paper (no row)
-    head_size = f"| head size d_k = d_v | {head_dim} (set with head_dim; the paper's is d_model / heads) |\n" if head_dim else ""
+def architecture_table(model_config: Any) -> str:
+    """The rows of a Markdown table of ``model_config`` (a ``VanillaTransformerConfig``): sizes, and the paper's
+    choices or deviations."""
+    norm = "pre-LN (deviation)" if model_config.norm_first else "post-LN, as in the paper"
+    positions = "learned (deviation)" if model_config.position_embedding_type == "learned" else "sinusoidal (§3.5)"
+    scaled = "scaled by √d_model (§3.4)" if model_config.scale_embedding else "not scaled (deviation)"
+    shared = "one matrix for source, target and output layer (§3.4)" if model_config.tie_word_embeddings else "separate matrices (deviation)"
+    head_dim = getattr(model_config, "head_dim", None)  # d_k = d_v; None or d_model / heads: the paper's (no row)
+    papers = {model_config.d_model // model_config.encoder_attention_heads, model_config.d_model // model_config.decoder_attention_heads}
+    differs = head_dim is not None and {head_dim} != papers
+    head_size = f"| head size d_k = d_v | {head_dim} (set with head_dim; the paper's is d_model / heads) |\n" if differs else ""
     return (
-        f"| d_model | {mc.d_model} |\n"
-        f"| layers (encoder + decoder) | {mc.encoder_layers} + {mc.decoder_layers} |\n"
-        f"| attention heads (encoder / decoder) | {mc.encoder_attention_heads} / {mc.decoder_attention_heads} |\n"
+        f"| d_model | {model_config.d_model} |\n"
+        f"| layers (encoder + decoder) | {model_config.encoder_layers} + {model_config.decoder_layers} |\n"
+        f"| attention heads (encoder / decoder) | {model_config.encoder_attention_heads} / {model_config.decoder_attention_heads} |\n"
         f"{head_size}"
-        f"| d_ff (encoder / decoder) | {mc.encoder_ffn_dim} / {mc.decoder_ffn_dim} |\n"
-        f"| dropout P_drop (residual, embeddings) | {mc.dropout} |\n"
-        f"| attention / activation dropout | {mc.attention_dropout} / {mc.activation_dropout} |\n"
+        f"| d_ff (encoder / decoder) | {model_config.encoder_ffn_dim} / {model_config.decoder_ffn_dim} |\n"
+        f"| dropout P_drop (residual, embeddings) | {model_config.dropout} |\n"
+        f"| attention / activation dropout | {model_config.attention_dropout} / {model_config.activation_dropout} |\n"
         f"| layer norm | {norm} |\n"
         f"| positions | {positions} |\n"
         f"| embeddings | {shared}, {scaled} |"
@@ -160,6 +143,7 @@ def build_model_card(
     summary: dict,
     dataset_name: str | None = None,
     *,
+    dataset: dict[str, str | None] | None = None,
     name: str | None = None,
     command: str | None = None,
     provenance: list[str] | None = None,
@@ -169,12 +153,13 @@ def build_model_card(
     Every number in it comes from ``summary`` (what the run measured: the training command's
     ``results.json``) or from the settings (``config``, ``model_config``). ``model_config`` is the trained
     model's configuration (``None``: the sizes ``config`` asks for; the vocabulary size is then unknown).
-    ``command`` names the command that measured the scores and ``provenance`` adds lines about where the
+    ``dataset`` describes the data (the fields of :data:`DATASET_CARD`); by default
+    :func:`dataset_description` reads it from the run's corpus folder. ``command`` names the command that measured the scores and ``provenance`` adds lines about where the
     results file comes from (versions, revision); both default to the training run itself.
     """
     pair = f"{config.source_lang}-{config.target_lang}"
     overrides = ", ".join(f"{k}={v}" for k, v in config.config_overrides.items()) or "none"
-    dataset = _dataset(config)
+    dataset = dict(dataset) if dataset is not None else dataset_description(config)
     if dataset_name:
         dataset = {**dataset, "hub_id": dataset_name}
     name = name or f"vanilla-transformer-{pair}"
@@ -191,11 +176,11 @@ def build_model_card(
         eval_results=_eval_results(config, test, dataset) if test else None,
     )
     known_vocab = model_config is not None
-    mc = model_config if known_vocab else preset_config(config.preset, **config.config_overrides)
+    sizes = model_config if known_vocab else preset_config(config.preset, **config.config_overrides)
     if config.tokenizer_name:
-        vocab = f"the tokenizer `{config.tokenizer_name}`" + (f", {mc.vocab_size} tokens" if known_vocab else "")
+        vocab = f"the tokenizer `{config.tokenizer_name}`" + (f", {sizes.vocab_size} tokens" if known_vocab else "")
     elif known_vocab:
-        vocab = f"{mc.vocab_size} tokens, a joint byte-level BPE of both languages trained on the training split"
+        vocab = f"{sizes.vocab_size} tokens, a joint byte-level BPE of both languages trained on the training split"
     else:
         vocab = f"a joint byte-level BPE of both languages trained on the training split (vocab_size {config.vocab_size} requested)"
     origin = (
@@ -271,7 +256,7 @@ The paper's architecture, {origin}:
 
 | setting | value |
 |---|---|
-{architecture_table(mc)}
+{architecture_table(sizes)}
 | vocabulary | {vocab} |
 
 ## Training recipe

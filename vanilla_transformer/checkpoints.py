@@ -25,7 +25,9 @@ checkpoint whose keys *all* carry such a prefix is read without it.
 
 Saving. :func:`save_checkpoint` writes ``accelerator.save_state`` into a temporary folder and renames it
 to ``checkpoint-<step>``, so that the newest checkpoint is always complete; :func:`list_checkpoints` lists
-the complete ones.
+the complete ones. The package's other writes that must never be seen half-done go through the same
+pieces: :func:`save_folder_atomically` (the final model, the tokenizer, a CTranslate2 export),
+:func:`write_text_atomically` (a hypotheses file) and :func:`write_json_atomically` (settings and results).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ __all__ = [
     "save_checkpoint",
     "save_folder_atomically",
     "write_json_atomically",
+    "write_text_atomically",
 ]
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -363,25 +366,47 @@ def tied_weights_warning_silenced():
         logger.removeFilter(expected)
 
 
-def save_folder_atomically(folder: Path, write: Callable[[Path], Any]) -> None:
+def save_folder_atomically(folder: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
     """``write(tmp)`` fills a temporary sibling folder, which then replaces ``folder``: a crash leaves
-    either the old folder or the new one, never a mixture."""
+    either the old folder or the new one, never a mixture. If ``write`` raises, the temporary folder is
+    removed and ``folder`` is left as it was. Returns ``folder``."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f".tmp-{folder.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)  # what a killed writer left
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if folder.exists():
         _delete_atomically(folder)
     os.replace(tmp, folder)
+    return folder
 
 
-def write_json_atomically(path: Path, data: dict) -> None:
-    """``data`` as JSON in ``path``, through a temporary file: a crash leaves the old file or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """``text`` in ``path`` (UTF-8, line endings as given), through a temporary file in the same folder that
+    is synced and then renamed: readers, and a crash, see the old file or the new one, never a partial one.
+    The folder is made if it is missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one writer per process; the file mode as open() makes it
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomically(path: str | os.PathLike, data: dict) -> None:
+    """``data`` as JSON in ``path`` (:func:`write_text_atomically`): a crash leaves the old file or the new one."""
+    write_text_atomically(path, json.dumps(data, indent=2))
 
 
 def _delete_atomically(folder: Path) -> None:

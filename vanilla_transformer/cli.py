@@ -69,25 +69,26 @@ def _device(name: str | None) -> str:
     return name or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _engine(args: argparse.Namespace) -> tuple[Any, Any]:
-    """``--engine``: the saved model and its tokenizer (transformers), or an export (CTranslate2, its own tokenizer)."""
+def _engine(args: argparse.Namespace) -> Any:
+    """``--engine``: a translator (:class:`~vanilla_transformer.evaluation.Translator`) of the saved model and its
+    tokenizer (transformers), or of an export (CTranslate2, with its own tokenizer)."""
     if args.engine == "ctranslate2":
         from .deployment import CTranslate2Translator
 
-        return CTranslate2Translator(args.model_name_or_path, device=_device(args.device)), None
+        return CTranslate2Translator(args.model_name_or_path, device=_device(args.device))
+    from .evaluation import TransformersTranslator
     from .loading import load_model_and_tokenizer
 
-    return load_model_and_tokenizer(args.model_name_or_path, device=_device(args.device))
+    return TransformersTranslator(*load_model_and_tokenizer(args.model_name_or_path, device=_device(args.device)))
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from .data import read_text_lines
-    from .evaluation import evaluate_model
+    from .evaluation import evaluate_translator
 
     sources, references = read_text_lines(args.source), read_text_lines(args.reference)  # before loading the model
-    model, tokenizer = _engine(args)
-    result = evaluate_model(
-        model, tokenizer, sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
+    result = evaluate_translator(
+        _engine(args), sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
         length_penalty=args.length_penalty, batch_size=args.batch_size, progress=True,
     )  # fmt: skip
     print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
@@ -96,13 +97,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def translate_command(args: argparse.Namespace) -> int:
-    from .evaluation import translate
+    from .evaluation import translate_with
 
-    model, tokenizer = _engine(args)
+    translator = _engine(args)
     batches = [args.text] if args.text else _line_batches(sys.stdin, args.batch_size)
     for texts in batches:  # one output line per input line, printed as soon as its batch is translated
-        translations = translate(model, tokenizer, texts, num_beams=args.num_beams, length_penalty=args.length_penalty,
-                                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)  # fmt: skip
+        translations = translate_with(translator, texts, num_beams=args.num_beams, length_penalty=args.length_penalty,
+                                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)  # fmt: skip
         for line in translations:
             print(" ".join(line.splitlines()))  # a line break inside a translation would shift every later line
         sys.stdout.flush()
@@ -258,6 +259,7 @@ def _bool_or_repository(value: str) -> bool | str:
 def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     """The command line; ``train_defaults`` replace TrainConfig's defaults (the values of ``train --config``)."""
     from . import __version__
+    from .deployment import QUANTIZATIONS  # deployment imports without ctranslate2; only `export` needs it
 
     parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -320,7 +322,7 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
     p = commands.add_parser("export", formatter_class=formatter, help="export a saved model to CTranslate2, a faster inference engine")
     _option(p, "model_name_or_path", "model", required=True, help=model_help)
     _option(p, "output_dir", required=True, help="folder of the export (translate --engine ctranslate2 --model_name_or_path DIR)")
-    _option(p, "quantization", choices=["float32", "int8", "int8_float32", "bfloat16"], default="float32",
+    _option(p, "quantization", choices=QUANTIZATIONS, default="float32",
             help="type of the exported weights")  # fmt: skip
     _option(p, "max_positions", type=int, default=None,
             help="longest source and output, in tokens, the export accepts; none: the model's "

@@ -15,9 +15,10 @@ gives the *big* model. Anything that departs from the paper is a flag that is of
 
 One more switch is not a deviation but a variation in the manner of the paper's Table 3:
 
-* ``head_dim``: the size d_k = d_v of every attention head. ``None`` (the default) is the paper's
-  rule d_k = d_v = d_model / h; when set, the h heads together are h·d_k wide, which need not equal
-  d_model: smaller (or larger) heads with h fixed. (Table 3's row (B) shrank d_k alone and kept
+* ``head_dim``: the size d_k = d_v of every attention head. Left out (``None``), it is the paper's
+  rule d_k = d_v = d_model / h, and the config holds that number, as transformers' configs do (it stays
+  ``None`` only when the two stacks have different head counts, each then d_model / its h); when set,
+  the h heads together are h·d_k wide, which need not equal d_model: smaller (or larger) heads with h fixed. (Table 3's row (B) shrank d_k alone and kept
   d_v = 64, its 58M / 60M parameters; ``head_dim`` sets d_k and d_v together.)
 """
 
@@ -35,9 +36,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
         d_model: width of every sub-layer output and embedding (§3.1, d_model = 512).
         encoder_layers / decoder_layers: number of identical layers N in each stack (N = 6).
         encoder_attention_heads / decoder_attention_heads: parallel attention heads h (§3.2.2, h = 8).
-        head_dim: size d_k = d_v of every attention head of both stacks. ``None`` (default): d_model / h,
-            each stack with its own h (§3.2.2, 64). When set, Q, K and V project d_model to h·d_k and the
-            output projection maps h·d_k back to d_model; h need not divide d_model (not a deviation).
+        head_dim: size d_k = d_v of every attention head of both stacks. ``None`` (default): d_model / h
+            (§3.2.2, 64), stored resolved, so that ``config.head_dim`` is the number (it stays ``None`` when the
+            stacks' head counts differ, each stack then d_model / its own h). When set, Q, K and V project d_model to h·d_k and the output projection
+            maps h·d_k back to d_model; h need not divide d_model, and the stacks' h may differ (not a deviation).
         encoder_ffn_dim / decoder_ffn_dim: inner size d_ff of the position-wise FFN (§3.3, 2048).
         dropout: P_drop, applied to each sub-layer output and to embeddings + positions (§5.4, 0.1).
         attention_dropout: dropout on attention probabilities (not in the paper; 0).
@@ -94,6 +96,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self._check_values()
+        if self.head_dim is None and self.encoder_attention_heads == self.decoder_attention_heads:
+            self.head_dim = self.d_model // self.encoder_attention_heads  # d_model / h, held as the number
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs) -> "VanillaTransformerConfig":

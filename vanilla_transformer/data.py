@@ -32,9 +32,12 @@ import torch
 from datasets import Dataset, DatasetDict, Features, Value
 from torch.utils.data import Sampler
 
+from .modeling_vanilla_transformer import shift_tokens_right
+
 __all__ = [
     "TokenBucketBatchSampler",
     "collate_batch",
+    "collate_pairs",
     "load_parallel_corpus",
     "read_text_lines",
     "tokenize_corpus",
@@ -614,9 +617,20 @@ def collate_batch(
         labels = [list(e["labels"]) for e in examples]
         batch["labels"] = pad(labels, label_pad_token_id)
         if decoder_start_token_id is not None:
-            shifted = [
-                [decoder_start_token_id] + [pad_token_id if t == label_pad_token_id else t for t in s[:-1]]
-                for s in labels
-            ]
-            batch["decoder_input_ids"] = pad(shifted, pad_token_id)
+            # The model's own shift (label padding becomes pad_token_id), then padding where the labels are
+            # padding: position n of a row of n labels would otherwise read its last label.
+            ignored = batch["labels"].masked_fill(batch["labels"] == label_pad_token_id, -100)
+            shifted = shift_tokens_right(ignored, pad_token_id, decoder_start_token_id)
+            batch["decoder_input_ids"] = shifted.masked_fill(pad([[1] * len(s) for s in labels], 0) == 0, pad_token_id)
+    return batch
+
+
+def collate_pairs(
+    input_ids: Sequence[Sequence[int]], labels: Sequence[Sequence[int]], indices: list[int], pad_token_id: int
+) -> dict[str, torch.Tensor]:
+    """The padded batch of pairs ``indices``; without ``attention_mask`` when no source is padded (known here, on
+    the host, so that the model need not read the mask back from the device to skip it)."""
+    batch = collate_batch([{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], pad_token_id=pad_token_id)
+    if len({len(input_ids[i]) for i in indices}) == 1:
+        del batch["attention_mask"]
     return batch

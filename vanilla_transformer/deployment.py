@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,9 +45,11 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, PreTrainedConfig
 
+from .checkpoints import save_folder_atomically, write_json_atomically
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .loading import load_model_and_tokenizer, load_tokenizer
 from .modeling_vanilla_transformer import sinusoidal_position_encoding
+from .tokenization import check_source_lengths
 
 try:  # optional: pip install 'vanilla-transformer[ctranslate2]'
     import ctranslate2
@@ -143,11 +143,11 @@ class VanillaTransformerConverter(Converter):
         self._set_stack(spec.encoder, model.encoder, spec.encoder.embeddings[0])
         self._set_stack(spec.decoder, model.decoder, spec.decoder.embeddings)
         for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
-            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, fused=3)
+            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, self_attention=True)
             self._set_ffn(layer_spec.ffn, layer)
         for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
-            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, fused=3)
-            self._set_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm, fused=2)
+            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, self_attention=True)
+            self._set_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm, self_attention=False)
             self._set_ffn(layer_spec.ffn, layer)
         spec.decoder.projection.weight = _array(self.model.lm_head.weight)  # tied: an alias of the embedding
 
@@ -194,9 +194,11 @@ class VanillaTransformerConverter(Converter):
         spec.weight = np.concatenate([_array(linear.weight) for linear in linears])
         spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
 
-    def _set_attention(self, spec, attention, norm, fused: int) -> None:
+    def _set_attention(self, spec, attention, norm, self_attention: bool) -> None:
+        """One attention sublayer. CTranslate2 fuses the input projections that read the same input: Q, K and V
+        of self-attention in one matrix, K and V of encoder–decoder attention (which read the encoder's output)."""
         projections = [attention.q_proj, attention.k_proj, attention.v_proj]
-        if fused == 3:  # self-attention: [Q K V], out
+        if self_attention:  # [Q K V], out
             self._set_linear(spec.linear[0], projections)
         else:  # encoder–decoder attention: Q, [K V], out
             self._set_linear(spec.linear[0], projections[:1])
@@ -222,7 +224,8 @@ def export_ctranslate2(
     The folder holds CTranslate2's ``model.bin``, ``config.json`` and ``shared_vocabulary.json``, plus
     ``tokenizer/`` (the model's tokenizer), ``generation_config.json`` (the decoding defaults: beam 4,
     α = 0.6, source length + 50) and ``vanilla_transformer_export.json`` (what was exported). It is written
-    to a temporary folder beside ``output_dir`` and renamed at the end, so a crash leaves no half export.
+    to a temporary folder beside ``output_dir`` and renamed at the end, so a crash leaves no half export
+    (:func:`~vanilla_transformer.checkpoints.save_folder_atomically`).
 
     Args:
         model_dir: what ``save_pretrained`` wrote (``RUN/final`` of ``vanilla-transformer train``), tokenizer included.
@@ -262,13 +265,10 @@ def export_ctranslate2(
             f"(max_position_embeddings={config.max_position_embeddings}); use at most that."
         )
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=output_dir.parent, prefix=f".{output_dir.name}.", suffix=".tmp"))
-    try:
-        converted = staging / "model"
-        VanillaTransformerConverter(model, tokenizer, max_positions).convert(str(converted), quantization=quantization)
-        tokenizer.save_pretrained(converted / TOKENIZER_FOLDER)
-        model.generation_config.save_pretrained(converted)
+    def write(folder: Path) -> None:
+        VanillaTransformerConverter(model, tokenizer, max_positions).convert(str(folder), quantization=quantization)
+        tokenizer.save_pretrained(folder / TOKENIZER_FOLDER)
+        model.generation_config.save_pretrained(folder)
         info = {
             "format": "ctranslate2",
             "ctranslate2_version": ctranslate2.__version__,
@@ -277,12 +277,9 @@ def export_ctranslate2(
             "position_embedding_type": config.position_embedding_type,
             "exported_from": Path(model_dir).name,
         }
-        (converted / EXPORT_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        os.replace(converted, output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        write_json_atomically(folder / EXPORT_FILE, info)
+
+    save_folder_atomically(output_dir, write)
     return output_dir
 
 
@@ -322,14 +319,10 @@ class CTranslate2Translator:
 
     def _limits(self, lengths: list[int], max_new_tokens: int | None) -> list[int]:
         """Tokens each output may have, ``</s>`` included; refuses what the position table cannot hold."""
-        too_long = [i for i, n in enumerate(lengths) if n > self.max_positions]
-        if too_long:
-            shown = ", ".join(f"text {i} has {lengths[i]} tokens" for i in too_long[:5])
-            raise ValueError(
-                f"{len(too_long)} source sentence(s) are longer than this export's position table "
-                f"({self.max_positions} positions): {shown}. Shorten or split them, or export again with a larger "
-                f"--max-positions."
-            )
+        check_source_lengths(
+            lengths, self.max_positions, table=f"this export's position table ({self.max_positions} positions)",
+            fix="or export again with a larger --max-positions",
+        )  # fmt: skip
         if max_new_tokens is not None:
             limits = [int(max_new_tokens)] * len(lengths)
         else:
@@ -365,8 +358,9 @@ class CTranslate2Translator:
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
         config = self.generation_config
-        num_beams = int(num_beams if num_beams is not None else config.num_beams)
-        length_penalty = float(length_penalty if length_penalty is not None else config.length_penalty)
+        # transformers' own defaults where the export's generation config leaves a setting unset
+        num_beams = int(num_beams if num_beams is not None else (config.num_beams or 1))
+        length_penalty = float(length_penalty if length_penalty is not None else (config.length_penalty if config.length_penalty is not None else 1.0))
         tokenizer = self.tokenizer
         encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
         lengths = [len(ids) for ids in encoded]

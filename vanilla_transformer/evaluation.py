@@ -6,34 +6,49 @@ each with the signature that makes the number reproducible (``nrefs:1|case:mixed
 The paper's own numbers were computed on tokenised, compound-split text (``multi-bleu.perl``), so they
 are not directly comparable with sacreBLEU scores; the signature says exactly what was measured.
 
+* :class:`Translator` — what evaluation needs of a translation engine: ``translate(texts, *, batch_size,
+  num_beams, length_penalty, max_new_tokens, progress) -> list[str]``. Two engines implement it:
+  :class:`TransformersTranslator` (a model and its tokenizer, decoding with transformers' ``generate``) and
+  :class:`~vanilla_transformer.deployment.CTranslate2Translator` (a CTranslate2 export).
 * :func:`translate` — sentences in, detokenised translations out (batched by length, in input order), with
-  transformers' ``generate`` or with a CTranslate2 export (:mod:`vanilla_transformer.deployment`).
+  a transformers model's ``generate``; :func:`translate_with` — the same with any :class:`Translator`.
 * :func:`score` — corpus BLEU and chrF, with signatures, from the ``sacrebleu`` package.
-* :func:`evaluate_model` — both, plus an optional hypotheses file and the wall-clock time.
-* :func:`load_sacrebleu_metric` — ``evaluate.load("sacrebleu")`` when the Hub (or its cache) has it,
-  else an offline stand-in with the same ``compute`` interface.
-* :func:`translate_candidates` — one sentence's best beam-search candidates, best first, with the scores
-  that ranked them and each token's log-probability.
+* :func:`evaluate_translator` / :func:`evaluate_model` — both, plus an optional hypotheses file and the
+  wall-clock time, for any :class:`Translator` / for a transformers model and its tokenizer.
+* :func:`perplexity` — the teacher-forced cross-entropy per target token of tokenised pairs (the
+  validation loss of training, the perplexity of Table 3), and :func:`loss_sums` for one batch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-import tempfile
 import time
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-import sacrebleu
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
-from .deployment import CTranslate2Translator
-from .tokenization import check_tokenizer_matches_model
+from .checkpoints import write_text_atomically
+from .data import TokenBucketBatchSampler, collate_pairs
+from .distributed import sum_over_processes
+from .modeling_vanilla_transformer import input_values_checked
+from .tokenization import check_source_lengths, check_tokenizer_matches_model
 
-__all__ = ["evaluate_model", "load_sacrebleu_metric", "score", "translate", "translate_candidates"]
+__all__ = [
+    "TransformersTranslator",
+    "Translator",
+    "check_texts",
+    "evaluate_model",
+    "evaluate_translator",
+    "loss_sums",
+    "perplexity",
+    "score",
+    "translate",
+    "translate_with",
+]
 
 # Characters that `str.splitlines()` (and so many text tools) treat as line breaks. A hypothesis that
 # contained one would spread over several lines of a hypotheses file; we write a space instead.
@@ -55,7 +70,9 @@ _DTYPE_NAMES = {
 # --------------------------------------------------------------------------------------------
 # Translation
 # --------------------------------------------------------------------------------------------
-def _check_texts(name: str, texts: Any) -> list[str]:
+def check_texts(name: str, texts: Any) -> list[str]:
+    """``texts`` as a list of strings; a clear ``ValueError`` (naming the argument ``name``) for a single string,
+    a non-list, an empty list or a non-string item."""
     if isinstance(texts, str):
         raise ValueError(f"`{name}` must be a list of strings, not a single string; wrap it: [{texts[:40]!r}].")
     try:
@@ -126,10 +143,9 @@ def translate(
 
     Args:
         model: a ``VanillaTransformerForConditionalGeneration`` (or any seq2seq model with
-            ``generate``). It is put in eval mode for the call and restored afterwards. Or a
-            :class:`~vanilla_transformer.deployment.CTranslate2Translator`, which translates with its
-            own tokenizer (``tokenizer`` is then ignored) and batches by itself (``max_tokens``, ``device``
-            and ``dtype`` are chosen when it is exported and loaded).
+            ``generate``). It is put in eval mode for the call and restored afterwards. (Another engine,
+            such as a :class:`~vanilla_transformer.deployment.CTranslate2Translator`, goes to
+            :func:`translate_with`.)
         tokenizer: the tokenizer the model was trained with (``train_joint_bpe``); it must append
             ``</s>`` to sources, as ours does.
         texts: source sentences, one string each; a blank one gives an empty translation.
@@ -153,24 +169,29 @@ def translate(
             than ``config.max_position_embeddings``. (With learned positions, an *output* longer than
             that limit is refused by the model during generation; sinusoidal positions have no limit.)
     """
-    texts = _check_texts("texts", texts)
+    return _translate_filled(texts, lambda filled: _generate_translations(
+        model, tokenizer, filled, batch_size, max_tokens, num_beams, length_penalty, max_new_tokens, device, dtype, progress
+    ))  # fmt: skip
+
+
+def _translate_filled(texts: Any, run: Callable[[list[str]], list[str]]) -> list[str]:
+    """``run`` on the sentences of ``texts`` that are not blank; a blank one translates to an empty string
+    (not to what a model makes of a lone ``</s>``). Checks ``texts`` first."""
+    texts = check_texts("texts", texts)
     filled = [i for i, text in enumerate(texts) if text.strip()]
-    if len(filled) < len(texts):  # a blank line translates to a blank line, not to what the model makes of "</s>"
-        outputs = [""] * len(texts)
-        if filled:
-            done = translate(model, tokenizer, [texts[i] for i in filled], batch_size=batch_size, max_tokens=max_tokens,
-                             num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_new_tokens,
-                             device=device, dtype=dtype, progress=progress)  # fmt: skip
-            for i, text in zip(filled, done, strict=True):
-                outputs[i] = text
-        return outputs
-    if isinstance(model, CTranslate2Translator):
-        unused = {"max_tokens": max_tokens, "device": device, "dtype": dtype}
-        given = [name for name, value in unused.items() if value is not None]
-        if given:
-            raise ValueError(f"{', '.join(given)}: not options of the CTranslate2 engine (set them when exporting or loading it).")
-        return model.translate(texts, batch_size=batch_size, num_beams=num_beams, length_penalty=length_penalty,
-                               max_new_tokens=max_new_tokens, progress=progress)  # fmt: skip
+    if len(filled) == len(texts):
+        return run(texts)
+    outputs = [""] * len(texts)
+    if filled:
+        for i, text in zip(filled, run([texts[i] for i in filled]), strict=True):
+            outputs[i] = text
+    return outputs
+
+
+def _generate_translations(
+    model, tokenizer, texts, batch_size, max_tokens, num_beams, length_penalty, max_new_tokens, device, dtype, progress
+) -> list[str]:
+    """:func:`translate` for sentences already checked, none of them blank."""
     config = model.config
     check_tokenizer_matches_model(tokenizer, config)
     if max_tokens is None:
@@ -184,15 +205,11 @@ def translate(
     encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
     lengths = [len(ids) for ids in encoded]
     if getattr(config, "position_embedding_type", None) == "learned":
-        limit = config.max_position_embeddings
-        too_long = [i for i, n in enumerate(lengths) if n > limit]
-        if too_long:
-            shown = ", ".join(f"text {i} has {lengths[i]} tokens" for i in too_long[:5])
-            raise ValueError(
-                f"{len(too_long)} source sentence(s) are longer than this model supports: {shown}, but the "
-                f"model's learned positions stop at max_position_embeddings={limit}. Shorten or split them "
-                f"(sinusoidal positions, the paper's default, have no such limit)."
-            )
+        check_source_lengths(
+            lengths, config.max_position_embeddings,
+            table=f"this model's learned position table (max_position_embeddings={config.max_position_embeddings})",
+            fix="sinusoidal positions, the paper's default, have no such limit",
+        )  # fmt: skip
 
     if device is not None:
         model.to(device)
@@ -239,103 +256,100 @@ def translate(
     return outputs  # type: ignore[return-value]
 
 
-def translate_candidates(
-    model: Any,
-    tokenizer: Any,
-    text: str,
-    num_beams: int | None = None,
-    length_penalty: float | None = None,
-    num_return_sequences: int | None = None,
-    max_new_tokens: int | None = None,
-) -> list[dict[str, Any]]:
-    """The best candidates that beam search finished for one sentence, best first, with their scores.
+class Translator(Protocol):
+    """A translation engine, as evaluation uses it: sentences in, detokenised translations out, in the input order.
 
-    One ``model.generate`` call with ``num_return_sequences``, ``output_scores`` and
-    ``return_dict_in_generate``: the candidates are transformers' own finished hypotheses, ranked by
-    its ``sequences_scores``. With the same settings the first candidate is :func:`translate`'s output.
+    ``num_beams``, ``length_penalty`` and ``max_new_tokens`` override the engine's decoding defaults (``None``:
+    the model's ``generation_config``, the paper's beam 4, α = 0.6, source length + 50); ``batch_size`` is how
+    many sentences are translated together; ``progress`` shows a progress bar. Settings that only one engine
+    has (the device, the dtype, CTranslate2's threads) are given when the engine is made.
+    :class:`TransformersTranslator` and :class:`~vanilla_transformer.deployment.CTranslate2Translator`
+    implement it; :func:`translate_with` and :func:`evaluate_translator` accept any of them.
+    """
+
+    def translate(
+        self,
+        texts: list[str],
+        *,
+        batch_size: int = 32,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        max_new_tokens: int | None = None,
+        progress: bool = False,
+    ) -> list[str]: ...
+
+
+class TransformersTranslator:
+    """A transformers model and its tokenizer as a :class:`Translator`: :func:`translate` with these settings.
 
     Args:
-        text: one source sentence.
-        num_beams, length_penalty, max_new_tokens: as in :func:`translate`; ``None`` keeps the model's
-            generation config (the paper's beam 4, α = 0.6, source length + 50). ``num_beams=1`` is greedy
-            decoding, which has one candidate.
-        num_return_sequences: how many candidates, at most ``num_beams``; ``None``: ``num_beams``.
-
-    Returns:
-        One dict per candidate, best first: ``text`` (detokenised), ``score`` (what ranked it:
-        transformers' ``sequences_scores``, the sum of the token log-probabilities divided by
-        ``length ** length_penalty``; for greedy decoding, which has no length penalty, the sum itself),
-        ``log_probability`` (the sum of the token log-probabilities under the model), ``length`` (tokens
-        generated, ``</s>`` included), ``token_ids`` and ``tokens`` (those tokens, as
-        ``tokenizer.convert_ids_to_tokens`` gives them) and ``token_log_probabilities`` (one per token).
+        model: a ``VanillaTransformerForConditionalGeneration`` (or any seq2seq model with ``generate``).
+        tokenizer: the tokenizer the model was trained with.
+        max_tokens, device, dtype: as in :func:`translate`.
 
     Raises:
-        ValueError: ``text`` is not a non-empty string; ``num_beams`` or ``num_return_sequences`` is not a
-            positive integer, or more candidates are asked for than there are beams; the tokenizer does not
-            match the model.
+        ValueError: ``model`` has no ``generate`` (for instance an engine that translates by itself, which
+            :func:`translate_with` and :func:`evaluate_translator` take as it is).
     """
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"`text` must be one non-empty sentence (a string), got {text!r}.")
-    config = model.config
-    check_tokenizer_matches_model(tokenizer, config)
-    beams = model.generation_config.num_beams if num_beams is None else num_beams
-    if not isinstance(beams, int) or isinstance(beams, bool) or beams < 1:
-        raise ValueError(f"num_beams must be a positive integer (1: greedy decoding), got {beams!r}.")
-    count = beams if num_return_sequences is None else num_return_sequences
-    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= beams:
-        raise ValueError(
-            f"num_return_sequences must be an integer from 1 to num_beams={beams} (beam search finishes at most "
-            f"one candidate per beam), got {count!r}. Ask for fewer candidates or use more beams."
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_tokens: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+    ):
+        if not callable(getattr(model, "generate", None)) or not hasattr(model, "config"):
+            raise ValueError(
+                f"{type(model).__name__} is not a transformers model (it has no generate() and config): give a saved "
+                f"model and its tokenizer, or pass an engine that translates by itself (such as CTranslate2Translator) "
+                f"to translate_with / evaluate_translator, without a tokenizer."
+            )
+        self.model, self.tokenizer = model, tokenizer
+        self.max_tokens, self.device, self.dtype = max_tokens, device, dtype
+
+    def translate(
+        self,
+        texts: list[str],
+        *,
+        batch_size: int | None = 32,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        max_new_tokens: int | None = None,
+        progress: bool = False,
+    ) -> list[str]:
+        return translate(
+            self.model, self.tokenizer, texts, batch_size=batch_size, max_tokens=self.max_tokens, num_beams=num_beams,
+            length_penalty=length_penalty, max_new_tokens=max_new_tokens, device=self.device, dtype=self.dtype,
+            progress=progress,
+        )  # fmt: skip
+
+
+def translate_with(translator: Translator, texts: list[str], **options: Any) -> list[str]:
+    """``translator.translate(texts, **options)`` for any :class:`Translator`, with the same checks of ``texts``
+    and the same handling of blank sentences (each gives an empty translation) as :func:`translate`.
+
+    Raises:
+        ValueError: ``texts`` is empty or holds a non-string.
+        TypeError: ``translator`` has no ``translate`` method, or an option is not one of the interface's.
+    """
+    run = getattr(translator, "translate", None)
+    if not callable(run):
+        raise TypeError(
+            f"{type(translator).__name__} has no translate(texts, ...) method; wrap a transformers model and its "
+            f"tokenizer in TransformersTranslator(model, tokenizer)."
         )
-    overrides = {"length_penalty": length_penalty, "max_new_tokens": max_new_tokens}
-    generate_kwargs = {name: value for name, value in overrides.items() if value is not None}
-    device = next(model.parameters()).device
-    input_ids = tokenizer([text], return_tensors="pt")["input_ids"].to(device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            output = model.generate(
-                input_ids, attention_mask=torch.ones_like(input_ids), num_beams=beams, num_return_sequences=count,
-                output_scores=True, output_logits=True, return_dict_in_generate=True, **generate_kwargs,
-            )  # fmt: skip
-            # Log-probabilities of the chosen tokens under the model: log-softmax of its raw logits. (Beam
-            # search's `scores` are these before the logits processors; greedy search's are processed logits.)
-            token_scores = model.compute_transition_scores(
-                output.sequences, output.logits, getattr(output, "beam_indices", None), normalize_logits=True
-            ).float().cpu()
-    finally:
-        model.train(was_training)
-    sequences = output.sequences[:, 1:].cpu()  # without the decoder start token
-    eos = config.eos_token_id
-    candidates = []
-    for row, ids in enumerate(sequences.tolist()):
-        length = ids.index(eos) + 1 if eos in ids else len(ids)  # after </s> comes padding
-        ids = ids[:length]
-        log_probabilities = token_scores[row, :length]
-        log_probability = float(log_probabilities.sum())
-        if beams > 1:
-            score = float(output.sequences_scores[row])
-        else:
-            score = log_probability
-        candidates.append({
-            "text": tokenizer.decode(ids, skip_special_tokens=True),
-            "score": score,
-            "log_probability": log_probability,
-            "length": length,
-            "token_ids": ids,
-            "tokens": tokenizer.convert_ids_to_tokens(ids),
-            "token_log_probabilities": log_probabilities.tolist(),
-        })  # fmt: skip
-    return candidates
+    return _translate_filled(texts, lambda filled: run(filled, **options))
 
 
 # --------------------------------------------------------------------------------------------
 # Scoring
 # --------------------------------------------------------------------------------------------
 def _check_pair(hypotheses: Any, references: Any) -> tuple[list[str], list[str]]:
-    hypotheses = _check_texts("hypotheses", hypotheses)
-    references = _check_texts("references", references)
+    hypotheses = check_texts("hypotheses", hypotheses)
+    references = check_texts("references", references)
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: there must be exactly one "
@@ -370,104 +384,43 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
     }
 
 
-class LocalSacrebleuMetric:
-    """Offline stand-in for ``evaluate.load("sacrebleu")``, computed by the ``sacrebleu`` package.
-
-    ``compute(predictions=[...], references=[...])`` takes one reference string per prediction, or a
-    list of references per prediction (the same number for each), and returns the keys of evaluate's
-    metric: ``score``, ``counts``, ``totals``, ``precisions``, ``bp``, ``sys_len``, ``ref_len``.
-    Keyword options are those of evaluate's metric (``smooth_method``, ``smooth_value``, ``force``,
-    ``lowercase``, ``tokenize``, ``use_effective_order``).
-    """
-
-    name = "sacrebleu"
-
-    def compute(
-        self,
-        *,
-        predictions: Sequence[str],
-        references: Sequence[str] | Sequence[Sequence[str]],
-        smooth_method: str = "exp",
-        smooth_value: float | None = None,
-        force: bool = False,
-        lowercase: bool = False,
-        tokenize: str | None = None,
-        use_effective_order: bool = False,
-    ) -> dict:
-        predictions = _check_texts("predictions", predictions)
-        references = list(references)
-        if not references:
-            raise ValueError("`references` is empty: give one reference (or list of references) per prediction.")
-        if len(predictions) != len(references):
-            raise ValueError(
-                f"{len(predictions)} predictions but {len(references)} references: give one per prediction."
-            )
-        if isinstance(references[0], str):
-            references = [[ref] for ref in references]
-        per_prediction = len(references[0])
-        if any(len(refs) != per_prediction for refs in references):
-            raise ValueError("Sacrebleu requires the same number of references for each prediction")
-        streams = [[refs[i] for refs in references] for i in range(per_prediction)]
-        output = sacrebleu.corpus_bleu(
-            predictions,
-            streams,
-            smooth_method=smooth_method,
-            smooth_value=smooth_value,
-            force=force,
-            lowercase=lowercase,
-            use_effective_order=use_effective_order,
-            **({"tokenize": tokenize} if tokenize else {}),
-        )
-        return {
-            "score": output.score,
-            "counts": output.counts,
-            "totals": output.totals,
-            "precisions": output.precisions,
-            "bp": output.bp,
-            "sys_len": output.sys_len,
-            "ref_len": output.ref_len,
-        }
-
-
-def load_sacrebleu_metric(use_hub: bool = True) -> Any:
-    """``evaluate.load("sacrebleu")`` if it loads, else :class:`LocalSacrebleuMetric` (offline).
-
-    ``evaluate.load`` fetches the metric's *script* from the Hugging Face Hub (or finds it in the
-    local cache, ``~/.cache/huggingface``); it fails without network access or with
-    ``HF_HUB_OFFLINE=1`` and no cached copy. Either way the returned object has
-    ``compute(predictions=..., references=...)`` returning evaluate's keys (``"score"``, ...).
-    ``use_hub=False`` skips ``evaluate`` (and so any network access) altogether. For scores with
-    signatures, prefer :func:`score`.
-    """
-    if use_hub:
-        try:
-            import evaluate
-
-            return evaluate.load("sacrebleu")
-        except Exception:  # no network, offline mode, no cached script, a broken install...
-            pass
-    return LocalSacrebleuMetric()
-
-
 # --------------------------------------------------------------------------------------------
 # Translate + score + write
 # --------------------------------------------------------------------------------------------
-def _write_lines_atomically(path: str | os.PathLike, lines: list[str]) -> None:
-    """Write ``lines`` (one per line, UTF-8, ``\\n`` endings) so that readers never see a partial file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with open(fd, "w", encoding="utf-8", newline="\n") as f:
-            for line in lines:
-                f.write(line.translate(_LINE_BREAK_TABLE) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def evaluate_translator(
+    translator: Translator,
+    sources: list[str],
+    references: list[str],
+    hypotheses_path: str | os.PathLike | None = None,
+    **translate_options: Any,
+) -> dict:
+    """Translate ``sources`` with any :class:`Translator`, score against ``references`` and optionally save the
+    hypotheses.
+
+    Args:
+        sources, references: parallel lists of sentences (detokenised text).
+        hypotheses_path: if given, the translations are written there, one per line, UTF-8, atomically
+            (:func:`~vanilla_transformer.checkpoints.write_text_atomically`). Characters that text tools read
+            as line breaks inside a translation are written as spaces, so the file has exactly one line per
+            source sentence.
+        **translate_options: passed to ``translator.translate`` (``batch_size``, ``num_beams``, ...).
+
+    Returns:
+        :func:`score`'s dict plus ``"seconds"``: the wall-clock time of translation and scoring.
+    """
+    sources, references = check_texts("sources", sources), check_texts("references", references)
+    if len(sources) != len(references):
+        raise ValueError(
+            f"{len(sources)} sources but {len(references)} references: they must be parallel "
+            f"(one reference per source)."
+        )
+    start = time.perf_counter()
+    hypotheses = translate_with(translator, sources, **translate_options)
+    result = score(hypotheses, references)
+    result["seconds"] = time.perf_counter() - start
+    if hypotheses_path is not None:
+        write_text_atomically(hypotheses_path, "".join(line.translate(_LINE_BREAK_TABLE) + "\n" for line in hypotheses))
+    return result
 
 
 def evaluate_model(
@@ -476,31 +429,81 @@ def evaluate_model(
     sources: list[str],
     references: list[str],
     hypotheses_path: str | os.PathLike | None = None,
-    **translate_kwargs: Any,
+    *,
+    max_tokens: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    **translate_options: Any,
 ) -> dict:
-    """Translate ``sources``, score against ``references`` and optionally save the hypotheses.
+    """:func:`evaluate_translator` for a transformers model and its tokenizer (:class:`TransformersTranslator`
+    with ``max_tokens``, ``device`` and ``dtype``, as in :func:`translate`)."""
+    translator = TransformersTranslator(model, tokenizer, max_tokens=max_tokens, device=device, dtype=dtype)
+    return evaluate_translator(translator, sources, references, hypotheses_path, **translate_options)
 
-    Args:
-        sources, references: parallel lists of sentences (detokenised text).
-        hypotheses_path: if given, the translations are written there, one per line, UTF-8,
-            atomically (a temporary file in the same folder, then ``os.replace``). Characters that
-            text tools read as line breaks inside a translation are written as spaces, so the file
-            has exactly one line per source sentence.
-        **translate_kwargs: passed to :func:`translate` (``batch_size``, ``num_beams``, ``dtype``...).
+
+# --------------------------------------------------------------------------------------------
+# Teacher-forced loss and perplexity
+# --------------------------------------------------------------------------------------------
+def loss_sums(
+    model: Any, batch: dict, label_smoothing: float, workspace: dict | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over the batch's target tokens of the label-smoothed cross-entropy (§5.4; with gradients when
+    enabled) and of the plain NLL. ``skip_logits``: the model computes them block by block from its last hidden
+    states instead of materialising [batch, length, vocab] logits (same values; faster on CPUs). ``workspace``:
+    the training loop's dict in which the loss keeps its logits from forward to backward (``loss_workspace``)."""
+    with input_values_checked():  # the ids come from a tokenizer checked against the model: no range check
+        out = model(
+            input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), labels=batch["labels"],
+            smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
+            loss_workspace=workspace,
+        )  # fmt: skip
+    return out.loss, out.nll_loss
+
+
+@torch.no_grad()
+def perplexity(
+    model: Any,
+    input_ids: Sequence[Sequence[int]],
+    labels: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    max_tokens: int,
+    label_smoothing: float = 0.0,
+    accelerator: Any = None,
+) -> dict:
+    """The teacher-forced cross-entropy per target token of every pair (source ids, target ids), none dropped.
+
+    Pairs are batched by length (:class:`~vanilla_transformer.data.TokenBucketBatchSampler`, at most
+    ``max_tokens`` padded tokens per side). With an Accelerate ``accelerator``, each process takes its share
+    and the sums are added over the processes (under its autocast); without, the model runs where it is.
+    The model is in eval mode for the call and put back as it was.
 
     Returns:
-        :func:`score`'s dict plus ``"seconds"``: the wall-clock time of translation and scoring.
+        ``{"loss": the label-smoothed cross-entropy (= "nll" when label_smoothing is 0), "nll", "ppl": exp(nll),
+        "target_tokens"}``, per target token (``</s>`` included).
     """
-    sources, references = _check_texts("sources", sources), _check_texts("references", references)
-    if len(sources) != len(references):
-        raise ValueError(
-            f"{len(sources)} sources but {len(references)} references: they must be parallel "
-            f"(one reference per source)."
-        )
-    start = time.perf_counter()
-    hypotheses = translate(model, tokenizer, sources, **translate_kwargs)
-    result = score(hypotheses, references)
-    result["seconds"] = time.perf_counter() - start
-    if hypotheses_path is not None:
-        _write_lines_atomically(hypotheses_path, hypotheses)
-    return result
+    if accelerator is not None:
+        replicas, rank, device, autocast = (accelerator.num_processes, accelerator.process_index,
+                                            accelerator.device, accelerator.autocast)  # fmt: skip
+    else:
+        replicas, rank, device, autocast = 1, 0, next(model.parameters()).device, contextlib.nullcontext
+    sampler = TokenBucketBatchSampler(
+        list(zip(map(len, input_ids), map(len, labels))), max_tokens=max_tokens, shuffle=False,
+        num_replicas=replicas, rank=rank, drop_last=False,
+    )  # fmt: skip
+    totals = torch.zeros(3, device=device, dtype=torch.float64)  # smoothed, nll, tokens
+    was_training = model.training
+    model.eval()
+    try:
+        for indices in sampler:
+            batch = {k: v.to(device) for k, v in collate_pairs(input_ids, labels, indices, pad_token_id).items()}
+            with autocast():
+                smoothed, nll = loss_sums(model, batch, label_smoothing)
+            totals[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
+            totals[2] += sum(len(labels[i]) for i in indices)
+        if accelerator is not None:  # (padding batches repeated on some ranks count twice: negligible)
+            totals = sum_over_processes(accelerator, totals)
+    finally:
+        model.train(was_training)
+    loss, nll = (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
+    return {"loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50)), "target_tokens": int(totals[2].item())}

@@ -4,7 +4,7 @@ A Gradio app. Type a sentence, choose the decoding (beam size, length penalty, o
 
 * the translation, by :func:`~vanilla_transformer.evaluation.translate`;
 * beam search's finished candidates with the scores that ranked them and each token's probability, by
-  :func:`~vanilla_transformer.evaluation.translate_candidates`;
+  :func:`translate_candidates`;
 * a heat map of the encoder self-attention, the masked decoder self-attention or the encoder–decoder
   attention of one layer and one head (or all heads of the layer), over the tokenizer's readable sub-words,
   by :func:`~vanilla_transformer.visualization.attention_maps` and
@@ -32,8 +32,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from .evaluation import translate, translate_candidates
+import torch
+
+from .evaluation import translate
 from .loading import load_model_and_tokenizer
+from .tokenization import check_tokenizer_matches_model
 from .visualization import ATTENTION_KINDS, attention_maps, draw_attention, readable_tokens, require_matplotlib
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "build_app",
     "launch",
     "require_gradio",
+    "translate_candidates",
 ]
 
 logger = logging.getLogger(__name__)
@@ -79,6 +83,98 @@ def require_gradio():
 # --------------------------------------------------------------------------------------------
 # The work, without the page
 # --------------------------------------------------------------------------------------------
+def translate_candidates(
+    model: Any,
+    tokenizer: Any,
+    text: str,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+    num_return_sequences: int | None = None,
+    max_new_tokens: int | None = None,
+) -> list[dict[str, Any]]:
+    """The best candidates that beam search finished for one sentence, best first, with their scores.
+
+    One ``model.generate`` call with ``num_return_sequences``, ``output_scores`` and
+    ``return_dict_in_generate``: the candidates are transformers' own finished hypotheses, ranked by
+    its ``sequences_scores``. With the same settings the first candidate is
+    :func:`~vanilla_transformer.evaluation.translate`'s output.
+
+    Args:
+        text: one source sentence.
+        num_beams, length_penalty, max_new_tokens: as in :func:`~vanilla_transformer.evaluation.translate`; ``None`` keeps the model's
+            generation config (the paper's beam 4, α = 0.6, source length + 50). ``num_beams=1`` is greedy
+            decoding, which has one candidate.
+        num_return_sequences: how many candidates, at most ``num_beams``; ``None``: ``num_beams``.
+
+    Returns:
+        One dict per candidate, best first: ``text`` (detokenised), ``score`` (what ranked it:
+        transformers' ``sequences_scores``, the sum of the token log-probabilities divided by
+        ``length ** length_penalty``; for greedy decoding, which has no length penalty, the sum itself),
+        ``log_probability`` (the sum of the token log-probabilities under the model), ``length`` (tokens
+        generated, ``</s>`` included), ``token_ids`` and ``tokens`` (those tokens, as
+        ``tokenizer.convert_ids_to_tokens`` gives them) and ``token_log_probabilities`` (one per token).
+
+    Raises:
+        ValueError: ``text`` is not a non-empty string; ``num_beams`` or ``num_return_sequences`` is not a
+            positive integer, or more candidates are asked for than there are beams; the tokenizer does not
+            match the model.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"`text` must be one non-empty sentence (a string), got {text!r}.")
+    config = model.config
+    check_tokenizer_matches_model(tokenizer, config)
+    beams = (model.generation_config.num_beams or 1) if num_beams is None else num_beams  # unset: greedy, as generate()
+    if not isinstance(beams, int) or isinstance(beams, bool) or beams < 1:
+        raise ValueError(f"num_beams must be a positive integer (1: greedy decoding), got {beams!r}.")
+    count = beams if num_return_sequences is None else num_return_sequences
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= beams:
+        raise ValueError(
+            f"num_return_sequences must be an integer from 1 to num_beams={beams} (beam search finishes at most "
+            f"one candidate per beam), got {count!r}. Ask for fewer candidates or use more beams."
+        )
+    overrides = {"length_penalty": length_penalty, "max_new_tokens": max_new_tokens}
+    generate_kwargs = {name: value for name, value in overrides.items() if value is not None}
+    device = next(model.parameters()).device
+    input_ids = tokenizer([text], return_tensors="pt")["input_ids"].to(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), num_beams=beams, num_return_sequences=count,
+                output_scores=True, output_logits=True, return_dict_in_generate=True, **generate_kwargs,
+            )  # fmt: skip
+            # Log-probabilities of the chosen tokens under the model: log-softmax of its raw logits. (Beam
+            # search's `scores` are these before the logits processors; greedy search's are processed logits.)
+            token_scores = model.compute_transition_scores(
+                output.sequences, output.logits, getattr(output, "beam_indices", None), normalize_logits=True
+            ).float().cpu()
+    finally:
+        model.train(was_training)
+    sequences = output.sequences[:, 1:].cpu()  # without the decoder start token
+    eos = config.eos_token_id
+    candidates = []
+    for row, ids in enumerate(sequences.tolist()):
+        length = ids.index(eos) + 1 if eos in ids else len(ids)  # after </s> comes padding
+        ids = ids[:length]
+        log_probabilities = token_scores[row, :length]
+        log_probability = float(log_probabilities.sum())
+        if beams > 1:
+            score = float(output.sequences_scores[row])
+        else:
+            score = log_probability
+        candidates.append({
+            "text": tokenizer.decode(ids, skip_special_tokens=True),
+            "score": score,
+            "log_probability": log_probability,
+            "length": length,
+            "token_ids": ids,
+            "tokens": tokenizer.convert_ids_to_tokens(ids),
+            "token_log_probabilities": log_probabilities.tolist(),
+        })  # fmt: skip
+    return candidates
+
+
 class Explorer:
     """Models by folder, translations and attention pictures: what the page calls.
 
@@ -200,7 +296,7 @@ class Explorer:
         model, tokenizer = self.load(folder)
         source = self.check_source(folder, text)
         num_beams, length_penalty = self.decoding(num_beams, length_penalty, greedy)
-        beams = num_beams if num_beams is not None else model.generation_config.num_beams
+        beams = num_beams if num_beams is not None else (model.generation_config.num_beams or 1)  # unset: greedy
         translation = translate(model, tokenizer, [source], num_beams=num_beams, length_penalty=length_penalty)[0]
         candidates = translate_candidates(model, tokenizer, source, num_beams=beams,
                                           length_penalty=length_penalty if beams > 1 else None)  # fmt: skip

@@ -25,10 +25,10 @@ Three details of transformers 5.24 that matter for this model:
   ``LabelSmoother`` to them. In training, :class:`TranslationSeq2SeqTrainer` instead leaves the labels
   in the batch and calls the model with ``smoothing=label_smoothing_factor, skip_logits=True``: the model
   computes the same label-smoothed loss block by block, without the ``[batch, length, vocabulary]``
-  logits, as the package's training command does. Same value and gradients (tested); measured through
-  the Trainer (``benchmarks/trainer_speed.py``, d_model 256, 3+3 layers, vocabulary 8,000, fp32), a step
-  runs at 1.40× MarianMTModel's, against 1.08× through ``LabelSmoother``. Evaluation keeps the
-  ``LabelSmoother`` path, which computes the logits that prediction needs.
+  logits, as the package's training command does. Same value and gradients (tested), and faster: the
+  speed through the Trainer is measured by ``benchmarks/trainer_speed.py`` and reported in
+  ``docs/benchmarks.md`` ("Training through Seq2SeqTrainer"). Evaluation keeps the ``LabelSmoother`` path,
+  which computes the logits that prediction needs.
 * **Gradient accumulation is exact.** ``LabelSmoother(outputs, labels, num_items_in_batch=N)`` and the
   model's fused loss both *sum* the smoothed per-token losses and divide by ``N``, the number of target
   tokens (labels != -100) in *all* micro-batches of the update. Because the model declares
@@ -47,7 +47,8 @@ Under label smoothing, the Trainer's ``eval_loss`` is the *smoothed* loss (a per
 averaged over batches), higher than the NLL; ``compute_metrics`` adds sacreBLEU and chrF of beam
 search, computed by the ``sacrebleu`` package (no Hub access needed, online or offline).
 
-* :func:`finetune` — everything below in one call (what ``examples/finetune_seq2seq_trainer.py`` runs).
+* :func:`train_with_seq2seq_trainer` — everything below in one call (what ``examples/finetune_seq2seq_trainer.py``
+  runs): it fine-tunes a saved model, or trains a fresh preset from scratch when none is given.
 * :func:`build_model_and_tokenizer` — a preset of Table 3 with a joint BPE trained on the training pairs
   (a saved folder: :func:`vanilla_transformer.loading.load_model_and_tokenizer`).
 * :func:`prepare_datasets` — tokenised ``input_ids``/``labels`` datasets, over-long pairs dropped.
@@ -84,14 +85,14 @@ from .schedule import peak_learning_rate
 from .tokenization import check_tokenizer_matches_model, drop_load_time_keys, train_joint_bpe
 
 __all__ = [
-    "FinetuneResult",
+    "Seq2SeqTrainerResult",
     "TranslationSeq2SeqTrainer",
     "build_model_and_tokenizer",
     "build_trainer",
-    "finetune",
     "make_compute_metrics",
     "make_training_arguments",
     "prepare_datasets",
+    "train_with_seq2seq_trainer",
 ]
 
 RESULTS_FILE = "finetune_results.json"
@@ -258,7 +259,7 @@ def make_compute_metrics(tokenizer: Any) -> Callable[[EvalPrediction], dict]:
     (up to Unicode NFC), which is what sacreBLEU expects. Scores come from
     :func:`vanilla_transformer.evaluation.score`, i.e. the ``sacrebleu`` package itself, so they need
     no network and are the same online and offline (``evaluate.load("sacrebleu")`` gives the same
-    BLEU when the Hub is reachable; :func:`~vanilla_transformer.evaluation.load_sacrebleu_metric`).
+    BLEU when the Hub is reachable).
 
     The returned function gives ``bleu``, ``chrf`` (0–100), their signatures ``bleu_signature`` /
     ``chrf_signature`` and ``gen_len`` (mean generated tokens); the Trainer prefixes them with ``eval_``.
@@ -321,7 +322,10 @@ class TranslationSeq2SeqTrainer(Seq2SeqTrainer):
         )
         if not fused:
             return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
-        inputs = {**inputs, "smoothing": self.label_smoother.epsilon, "skip_logits": True}
+        # The trainer, not the model, keeps the loss's workspace: its logits from forward to backward, in memory
+        # reused at every step.
+        workspace = self.__dict__.setdefault("loss_workspace", {})
+        inputs = {**inputs, "smoothing": self.label_smoother.epsilon, "skip_logits": True, "loss_workspace": workspace}
         if num_items_in_batch is not None:  # LabelSmoother divides by it whenever it is given
             inputs["num_items_in_batch"] = num_items_in_batch
         # Without a label smoother, Trainer.compute_loss leaves `labels` in the batch and returns the
@@ -372,8 +376,8 @@ def build_trainer(
 # Everything in one call
 # --------------------------------------------------------------------------------------------
 @dataclass
-class FinetuneResult:
-    """What :func:`finetune` produced. ``eval_before`` / ``eval_after`` are ``Trainer.evaluate()``
+class Seq2SeqTrainerResult:
+    """What :func:`train_with_seq2seq_trainer` produced. ``eval_before`` / ``eval_after`` are ``Trainer.evaluate()``
     metrics (``eval_loss``, ``eval_bleu``, ``eval_chrf``, ...), ``None`` when not run."""
 
     trainer: TranslationSeq2SeqTrainer
@@ -390,7 +394,7 @@ def _take(split: Dataset, n: int | None) -> Dataset:
     return split if n is None or n >= len(split) else split.select(range(n))
 
 
-def finetune(
+def train_with_seq2seq_trainer(
     data: str | os.PathLike,
     output_dir: str | os.PathLike,
     *,
@@ -411,8 +415,9 @@ def finetune(
     eval_before: bool = False,
     callbacks: list[TrainerCallback] | None = None,
     **training_options: Any,
-) -> FinetuneResult:
-    """Fine-tune a saved model (or a fresh preset) on a parallel corpus with ``Seq2SeqTrainer``.
+) -> Seq2SeqTrainerResult:
+    """Train with ``Seq2SeqTrainer`` on a parallel corpus: fine-tune the saved model ``model``, or, when ``model``
+    is ``None``, train a fresh model of ``preset`` from scratch (with a new joint BPE unless ``tokenizer`` is given).
 
     Steps: load the corpus (:func:`~vanilla_transformer.data.load_parallel_corpus`); load the model
     folder and its tokenizer, or build ``preset`` with a joint BPE trained on the training pairs;
@@ -473,7 +478,7 @@ def finetune(
             "warmup_steps": args.warmup_steps,
         }
         (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=_jsonable), encoding="utf-8")
-    return FinetuneResult(trainer, net, tok, train_metrics, before, after, output_dir, dropped)
+    return Seq2SeqTrainerResult(trainer, net, tok, train_metrics, before, after, output_dir, dropped)
 
 
 def _jsonable(value: Any) -> Any:

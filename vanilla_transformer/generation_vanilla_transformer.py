@@ -32,7 +32,11 @@ import torch
 import transformers
 from transformers import GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
-from transformers.generation.logits_process import MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor
+from transformers.generation.logits_process import (
+    LogitsProcessor,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+)
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
 
@@ -77,9 +81,11 @@ def in_place_beam_search_unavailable(generation_config=None) -> str | None:
 # --------------------------------------------------------------------------------------------
 # One encoder row per sentence: the hook in the model's attention
 # --------------------------------------------------------------------------------------------
-def attention_for_grouped_beams(attention_interface: Callable, module, query, key, value, attention_mask, **kwargs):
+def attention_for_grouped_beams(attention_interface: Callable, group: int, module, query, key, value, attention_mask, **kwargs):
     """``attention_interface(module, query, key, value, attention_mask, **kwargs)`` where ``group``
     consecutive query rows (a sentence's beams) share one key/value row (the sentence's encoder output).
+    The model's encoder–decoder attention calls it when given ``beams_per_encoder_row`` > 1, which only the
+    in-place beam search passes.
 
     The group's queries become one row's ``group × T_q`` queries, so the keys and values are read once per
     sentence. Equal to repeating each key/value row ``group`` times (tested by ``tests/test_generation.py::
@@ -89,12 +95,12 @@ def attention_for_grouped_beams(attention_interface: Callable, module, query, ke
     [B/g, 1, T_q or 1, T_k]. Returns ``[B, T_q, H, d_v]`` and the weights as ``[B, H, T_q, T_k]`` (or None).
     """
     rows, heads, q_len, _ = query.shape
-    if rows % key.shape[0]:
+    if rows != key.shape[0] * group:
         raise ValueError(
-            f"Decoder batch size {rows} is not a multiple of the encoder output's {key.shape[0]}: give one encoder "
-            f"row per decoder row, or one per group of consecutive decoder rows (the beams of a sentence)."
+            f"beams_per_encoder_row={group} needs {group} decoder rows per encoder row, but the decoder has {rows} rows "
+            f"and the encoder output {key.shape[0]}: give one encoder row per group of {group} consecutive decoder rows "
+            f"(the beams of a sentence), or leave beams_per_encoder_row at 1."
         )
-    group = rows // key.shape[0]
     query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)  # [B/g, H, g·T_q, d_k]
     if attention_mask is not None and attention_mask.shape[-2] != 1:
         attention_mask = attention_mask.repeat(1, 1, group, 1)  # [B/g, 1, g·T_q, T_k]
@@ -184,10 +190,20 @@ def top_k(scores: torch.Tensor, k: int, offsets: torch.Tensor | None = None) -> 
     return values, positions.gather(1, picked)
 
 
+class InPlaceLogitsProcessor(LogitsProcessor):
+    """A logits processor that can also write its change into the scores it is given (``mask_``), which the
+    in-place beam search then calls instead of ``__call__``. Subclassing it is the opt-in: the loop takes no
+    other processor of the model's own into the fast path."""
+
+    def mask_(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """``self(input_ids, scores)``, written into ``scores``."""
+        raise NotImplementedError
+
+
 def _masks_in_place(processor) -> bool:
     """Whether the loop can apply this logits processor to its scores in place (see ``_mask_in_place``)."""
-    return type(processor) in (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor) or callable(
-        getattr(type(processor), "mask_", None)
+    return type(processor) in (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor) or isinstance(
+        processor, InPlaceLogitsProcessor
     )
 
 
@@ -290,10 +306,13 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             model_kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=encoder_hidden[::num_beams].contiguous())
             if model_kwargs.get("attention_mask") is not None:
                 model_kwargs["attention_mask"] = model_kwargs["attention_mask"][::num_beams].contiguous()
+            model_kwargs["beams_per_encoder_row"] = num_beams  # generate() passes it on to every model call
         decoder_prompt_len, device = cur_len, input_ids.device
         beams_to_keep = max(2, 1 + (eos_token_id.shape[0] if eos_token_id is not None else 0)) * num_beams
         top_num_beam_mask = torch.arange(beams_to_keep, device=device) < num_beams
-        fill = pad_token_id or eos_token_id[0] if eos_token_id is not None else -1  # as transformers fills
+        # Rows that end early are filled with padding (transformers' loop fills with `pad_token_id or eos_token_id`,
+        # </s> when the pad id is 0, which generate() then replaces with padding).
+        fill = pad_token_id if pad_token_id is not None else (eos_token_id[0] if eos_token_id is not None else -1)
         running_sequences = torch.full((batch_size, num_beams, max_length), fill_value=fill, dtype=torch.int64, device=device)
         running_sequences[:, :, :cur_len] = self._unflatten_beam_dim(input_ids, batch_size, num_beams)
         sequences = running_sequences.detach().clone()
@@ -382,6 +401,7 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
 __all__ = [
     "TESTED_TRANSFORMERS_VERSIONS",
     "VanillaTransformerGenerationMixin",
+    "InPlaceLogitsProcessor",
     "attention_for_grouped_beams",
     "in_place_beam_search_unavailable",
     "top_k",

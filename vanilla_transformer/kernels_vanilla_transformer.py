@@ -71,8 +71,8 @@ def cpu_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> torch.Tens
 # --------------------------------------------------------------------------------------------
 # Label-smoothed cross-entropy (§5.4) fused with the pre-softmax linear layer (§3.4)
 # --------------------------------------------------------------------------------------------
-#: The most logits (in bytes) a training step keeps between the two passes of ``LinearCrossEntropySums``,
-#: in a workspace its model holds while in training mode; above it, the second pass computes them again.
+#: The most logits (in bytes) the loss keeps between its forward and backward passes, in a workspace its caller
+#: owns (the training loop keeps one from step to step); above it, the backward pass computes them again.
 LOSS_WORKSPACE_BYTES = 256 << 20
 
 #: Devices where the loss drops the rows of ignored labels (-100) before its matmuls. Elsewhere (GPUs) it keeps
@@ -88,26 +88,26 @@ class LinearCrossEntropySums(torch.autograd.Function):
     ``smoothed = lse(z) - (1-ε)·z_y - ε·mean(z)`` and ``nll = lse(z) - z_y``, exactly
     ``F.cross_entropy(z, y, label_smoothing=ε)``; its gradient is ``softmax(z) - (1-ε)·onehot(y) - ε/V``.
 
-    Two passes over the column blocks. The first gathers each row's log-sum-exp (online, as flash
-    attention does), gold logit and sum of logits. The second computes each block's logits again, turns
-    them into gradients and applies them at once: ``grad_hidden += g @ w[cols]`` and
-    ``grad_weight[cols] = g.T @ hidden``. Blocks are columns, not rows, so that no block adds a whole
-    [vocab, d] product into ``grad_weight`` (Liger-Kernel's fused linear cross-entropy, Triton and
-    GPU-only, splits by rows). Given a ``workspace`` in which all the logits fit, the first pass keeps
-    them there and the second reads them back instead of repeating the matmul. Under autocast the
-    matmuls run in the autocast dtype and the softmax in float32, as autocast does for
-    ``lm_head`` + ``cross_entropy``. Rows whose label is -100 count for nothing.
+    The forward pass goes once over the column blocks and gathers each row's log-sum-exp (online, as flash
+    attention does), gold logit and sum of logits. The backward pass, run only when the loss is backpropagated,
+    computes each block's logits again, turns them into gradients and applies them at once:
+    ``grad_hidden += g @ w[cols]`` and ``grad_weight[cols] = g.T @ hidden``. Blocks are columns, not rows, so
+    that no block adds a whole [vocab, d] product into ``grad_weight`` (Liger-Kernel's fused linear
+    cross-entropy, Triton and GPU-only, splits by rows). Given a ``workspace`` (a dict its caller keeps) in which
+    all the logits fit, the forward pass keeps them there and the backward pass reads them back instead of
+    repeating the matmul. Under autocast the matmuls run in the autocast dtype and the softmax in float32, as
+    autocast does for ``lm_head`` + ``cross_entropy``. Rows whose label is -100 count for nothing.
 
     Tested against ``F.cross_entropy`` (sums and gradients, any block size, fp32 and bf16, with and
     without the workspace) in ``tests/test_kernels.py``.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, epsilon: float, block_columns: int, grads: bool, workspace: dict | None):
+    def forward(ctx, hidden, weight, labels, epsilon: float, block_columns: int, tracked: bool, workspace: dict | None):
         device_type, device = hidden.device.type, hidden.device
         dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else weight.dtype
         exact = torch.promote_types(dtype, torch.float32)  # softmax and sums: float32 at least
-        need_hidden, need_weight = grads and ctx.needs_input_grad[0], grads and ctx.needs_input_grad[1]
+        backpropagated = tracked and any(ctx.needs_input_grad[:2])  # tracked: grad mode was on at the call
         keep = labels != -100
         # Dropping the ignored rows needs their number: free on a CPU, a wait for the device elsewhere; there they
         # are computed and then zeroed.
@@ -118,48 +118,30 @@ class LinearCrossEntropySums(torch.autograd.Function):
                 h, y, weights = hidden[keep].to(dtype), labels[keep], None
             else:
                 h, y, weights = hidden.to(dtype), labels, keep.to(exact)
-            (rows, d), vocab = h.shape, weight.shape[0]
-            blocks = [slice(start, min(start + block_columns, vocab)) for start in range(0, vocab, block_columns)]
-            # Every block reuses the same buffers: on a CPU a fresh multi-megabyte tensor is fresh memory
-            # from the operating system, whose page faults cost as much as the arithmetic.
-            width = blocks[0].stop
-            low = torch.empty(rows * width, dtype=dtype, device=device)  # logits as the matmul gives them
-            high = low if exact == dtype else torch.empty(rows * width, dtype=exact, device=device)
-            scratch = torch.empty(rows * width, dtype=exact, device=device)
+            rows, vocab = h.shape[0], weight.shape[0]
+            blocks = _column_blocks(vocab, block_columns)
+            buffers = _BlockBuffers(rows, blocks[0].stop, dtype, exact, device)
 
-            # The workspace (a dict its caller keeps between calls) holds all the logits when they fit in
-            # LOSS_WORKSPACE_BYTES; its memory is reused at every step for the same page-fault reason.
+            # The workspace holds all the logits when they fit in LOSS_WORKSPACE_BYTES, for the backward pass; its
+            # memory is reused at every step (on a CPU a fresh multi-megabyte tensor is fresh memory from the
+            # operating system, whose page faults cost as much as the arithmetic).
             kept = None
-            if workspace is not None and (need_hidden or need_weight) and rows * vocab * dtype.itemsize <= LOSS_WORKSPACE_BYTES:
+            if workspace is not None and backpropagated and rows * vocab * dtype.itemsize <= LOSS_WORKSPACE_BYTES:
                 kept = workspace.get("logits")
                 if kept is None or kept.numel() < rows * vocab or kept.dtype != dtype or kept.device != device:
                     kept = workspace["logits"] = torch.empty(rows * vocab, dtype=dtype, device=device)
+                workspace["owner"] = owner = object()  # a later forward pass that takes the workspace over is seen
+                ctx.owner = owner
 
-            def logits(cols: slice, again: bool = False) -> torch.Tensor:
-                """This block's [rows, columns] logits, in `exact` precision (`again`: the second pass)."""
-                n = cols.stop - cols.start
-                if kept is None:
-                    z = torch.mm(h, w[cols].T, out=low[: rows * n].view(rows, n))
-                else:
-                    z = kept[rows * cols.start : rows * cols.stop].view(rows, n)
-                    if not again:
-                        torch.mm(h, w[cols].T, out=z)
-                return z if high is low else high[: rows * n].view(rows, n).copy_(z)
-
-            def gold_index(cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
-                """Which rows have their gold id in this block, and where (clamped for the others)."""
-                return (y >= cols.start) & (y < cols.stop), (y - cols.start).clamp(0, cols.stop - cols.start - 1)[:, None]
-
-            # pass 1: log-sum-exp (online), gold logit and sum of logits per row
             running_max = torch.full((rows,), -float("inf"), dtype=exact, device=device)
             running_sum, gold, logit_sum = (torch.zeros(rows, dtype=exact, device=device) for _ in range(3))
             for cols in blocks:
-                z = logits(cols)
+                z = buffers.logits(h, w, cols, kept, again=False)
                 block_max = torch.maximum(running_max, z.amax(-1))
-                exps = torch.sub(z, block_max[:, None], out=scratch[: z.numel()].view_as(z)).exp_()
+                exps = torch.sub(z, block_max[:, None], out=buffers.scratch[: z.numel()].view_as(z)).exp_()
                 running_sum = running_sum * (running_max - block_max).exp() + exps.sum(-1)
                 running_max = block_max
-                inside, index = gold_index(cols)
+                inside, index = _gold_index(y, cols)
                 gold += torch.where(inside, z.gather(-1, index).squeeze(-1), 0.0)
                 logit_sum += z.sum(-1)
             lse = running_max + running_sum.log()
@@ -168,40 +150,81 @@ class LinearCrossEntropySums(torch.autograd.Function):
                 smoothed_rows, nll_rows = smoothed_rows * weights, nll_rows * weights
             smoothed, nll = smoothed_rows.sum().float(), nll_rows.sum().float()
 
-            # pass 2: each block's logits again, turned into gradients and applied at once
-            grad_hidden = grad_weight = None
-            if need_hidden or need_weight:
-                grad_kept = torch.zeros(rows, d, dtype=exact, device=device)
-                grad_weight = torch.empty(weight.shape, dtype=exact, device=device) if need_weight else None
-                product = torch.empty(max(rows, width) * d, dtype=dtype, device=device)  # matmul outputs to convert
-                for cols in blocks:
-                    g = logits(cols, again=True).sub_(lse[:, None]).exp_().sub_(epsilon / vocab)  # softmax - ε/V
-                    inside, index = gold_index(cols)
-                    g.scatter_add_(-1, index, ((epsilon - 1) * inside).to(exact)[:, None])
-                    if weights is not None:
-                        g.mul_(weights[:, None])
-                    n = g.shape[1]
-                    g = g if high is low else low[: g.numel()].view_as(g).copy_(g)  # back to the matmul dtype
-                    if need_hidden:
-                        grad_kept += torch.mm(g, w[cols], out=product[: rows * d].view(rows, d))
-                    if need_weight:
-                        grad_weight[cols] = torch.mm(g.T, h, out=product[: n * d].view(n, d))
-                if need_hidden and compact:
-                    grad_hidden = torch.zeros_like(hidden)
-                    grad_hidden[keep] = grad_kept.to(hidden.dtype)
-                elif need_hidden:
-                    grad_hidden = grad_kept.to(hidden.dtype)
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.weight_dtype = weight.dtype
+        if backpropagated:
+            ctx.save_for_backward(h, w, y, lse, keep, *(() if weights is None else (weights,)))
+            ctx.settings = (epsilon, block_columns, dtype, exact, compact, hidden.shape, hidden.dtype, weight.dtype)
+            ctx.workspace, ctx.kept = workspace, kept
         ctx.mark_non_differentiable(nll)
         return smoothed, nll
 
     @staticmethod
     def backward(ctx, grad_smoothed, grad_nll):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        grad_hidden = grad_hidden * grad_smoothed.to(grad_hidden.dtype) if grad_hidden is not None else None
-        grad_weight = (grad_weight * grad_smoothed).to(ctx.weight_dtype) if grad_weight is not None else None
+        h, w, y, lse, keep, *rest = ctx.saved_tensors
+        weights = rest[0] if rest else None
+        epsilon, block_columns, dtype, exact, compact, hidden_shape, hidden_dtype, weight_dtype = ctx.settings
+        kept = ctx.kept if ctx.kept is not None and ctx.workspace.get("owner") is ctx.owner else None
+        need_hidden, need_weight = ctx.needs_input_grad[:2]
+        (rows, d), vocab = h.shape, w.shape[0]
+        blocks = _column_blocks(vocab, block_columns)
+        with torch.autocast(h.device.type, enabled=False):
+            buffers = _BlockBuffers(rows, blocks[0].stop, dtype, exact, h.device)
+            scale = grad_smoothed.to(exact)
+            grad_kept = torch.zeros(rows, d, dtype=exact, device=h.device) if need_hidden else None
+            grad_weight = torch.empty(w.shape, dtype=exact, device=h.device) if need_weight else None
+            product = torch.empty(max(rows, blocks[0].stop) * d, dtype=dtype, device=h.device)  # matmul outputs
+            for cols in blocks:
+                g = buffers.logits(h, w, cols, kept, again=True).sub_(lse[:, None]).exp_().sub_(epsilon / vocab)
+                inside, index = _gold_index(y, cols)
+                g.scatter_add_(-1, index, ((epsilon - 1) * inside).to(exact)[:, None])  # softmax - (1-ε)·onehot - ε/V
+                g.mul_(scale if weights is None else weights[:, None] * scale)
+                n = g.shape[1]
+                g = g if buffers.high is buffers.low else buffers.low[: g.numel()].view_as(g).copy_(g)  # matmul dtype
+                if need_hidden:
+                    grad_kept += torch.mm(g, w[cols], out=product[: rows * d].view(rows, d))
+                if need_weight:
+                    grad_weight[cols] = torch.mm(g.T, h, out=product[: n * d].view(n, d))
+            grad_hidden = None
+            if need_hidden and compact:
+                grad_hidden = torch.zeros(hidden_shape, dtype=hidden_dtype, device=h.device)
+                grad_hidden[keep] = grad_kept.to(hidden_dtype)
+            elif need_hidden:
+                grad_hidden = grad_kept.to(hidden_dtype)
+        if kept is not None:
+            del ctx.workspace["owner"]  # the kept logits are spent; the memory stays for the next step
+        grad_weight = grad_weight.to(weight_dtype) if grad_weight is not None else None
         return grad_hidden, grad_weight, None, None, None, None, None
+
+
+def _column_blocks(vocab: int, block_columns: int) -> list[slice]:
+    return [slice(start, min(start + block_columns, vocab)) for start in range(0, vocab, block_columns)]
+
+
+def _gold_index(y: torch.Tensor, cols: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which rows have their gold id in this block of columns, and where (clamped for the others)."""
+    return (y >= cols.start) & (y < cols.stop), (y - cols.start).clamp(0, cols.stop - cols.start - 1)[:, None]
+
+
+class _BlockBuffers:
+    """The buffers every block of one pass reuses: on a CPU a fresh multi-megabyte tensor is fresh memory from the
+    operating system, whose page faults cost as much as the arithmetic."""
+
+    def __init__(self, rows: int, width: int, dtype: torch.dtype, exact: torch.dtype, device: torch.device):
+        self.rows = rows
+        self.low = torch.empty(rows * width, dtype=dtype, device=device)  # logits as the matmul gives them
+        self.high = self.low if exact == dtype else torch.empty(rows * width, dtype=exact, device=device)
+        self.scratch = torch.empty(rows * width, dtype=exact, device=device)
+
+    def logits(self, h: torch.Tensor, w: torch.Tensor, cols: slice, kept: torch.Tensor | None, again: bool) -> torch.Tensor:
+        """This block's [rows, columns] logits in the `exact` precision: computed, or read from (and on the
+        first pass written to) ``kept``, the whole logits."""
+        rows, n = self.rows, cols.stop - cols.start
+        if kept is None:
+            z = torch.mm(h, w[cols].T, out=self.low[: rows * n].view(rows, n))
+        else:
+            z = kept[rows * cols.start : rows * cols.stop].view(rows, n)
+            if not again:
+                torch.mm(h, w[cols].T, out=z)
+        return z if self.high is self.low else self.high[: rows * n].view(rows, n).copy_(z)
 
 
 def linear_cross_entropy_sums(
@@ -221,16 +244,16 @@ def linear_cross_entropy_sums(
         labels: [...] gold ids, -100 where ignored.
         label_smoothing: ε of §5.4.
         block_columns: vocabulary entries per block; default about 1M logits per block, at least 256.
-        workspace: a dict the caller keeps between calls, where the logits are kept between the two
-            passes when they fit in ``LOSS_WORKSPACE_BYTES`` (the model keeps one in training mode).
+        workspace: a dict the caller keeps between calls, where the logits are kept from the forward to the
+            backward pass when they fit in ``LOSS_WORKSPACE_BYTES`` (the training loop keeps one).
 
     Returns:
         The two sums; only the first carries gradients. See ``LinearCrossEntropySums``.
     """
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).to(hidden.device)
     block_columns = block_columns or max(256, (1 << 20) // max(1, hidden.shape[0]))
-    grads = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)  # none under no_grad
-    return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, grads, workspace)
+    tracked = torch.is_grad_enabled()
+    return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, tracked, workspace)
 
 
 __all__ = ["COMPACT_ROWS_ON", "LOSS_WORKSPACE_BYTES", "cpu_keep_mask", "apply_dropout", "dropout_add", "linear_cross_entropy_sums"]

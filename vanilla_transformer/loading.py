@@ -3,13 +3,13 @@
 * :func:`load_model_and_tokenizer` — a saved folder (``RUN/final`` of ``vanilla-transformer train``,
   or anything ``save_pretrained`` wrote) and its tokenizer, checked to fit each other.
 * :func:`preset_config` / :func:`new_model` — the sizes of Table 3 with overrides, and an untrained
-  model of them whose vocabulary and special ids are its tokenizer's.
+  model of them whose vocabulary and special ids are its tokenizer's. The names of the presets
+  (:data:`PRESETS`) and the check of overrides are those of the run settings
+  (:mod:`vanilla_transformer.training_config`), which name a preset without loading anything.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -18,14 +18,11 @@ import torch
 from transformers import AutoTokenizer
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .modeling_vanilla_transformer import PAPER_DECODING, VanillaTransformerForConditionalGeneration
 from .tokenization import check_tokenizer_matches_model, config_ids_from_tokenizer, drop_load_time_keys
+from .training_config import PRESETS, check_config_overrides
 
-__all__ = ["PRESETS", "check_config_overrides", "load_model", "load_model_and_tokenizer", "load_tokenizer", "new_model", "preset_config"]
-
-#: The configurations of Table 3, as ``VanillaTransformerConfig.base()`` / ``.big()``.
-PRESETS = ("base", "big")
-
+__all__ = ["load_model", "load_model_and_tokenizer", "load_tokenizer", "new_model", "preset_config"]
 
 def preset_config(preset: str, **overrides: Any) -> VanillaTransformerConfig:
     """The configuration of a Table 3 preset, with ``overrides`` (e.g. ``d_model=256``) in place of its values.
@@ -39,26 +36,13 @@ def preset_config(preset: str, **overrides: Any) -> VanillaTransformerConfig:
     return getattr(VanillaTransformerConfig, preset)(**overrides)
 
 
-def check_config_overrides(overrides: dict[str, Any], where: str = "model settings") -> None:
-    """Refuse a name that is not a setting of :class:`VanillaTransformerConfig` (which would keep it as an unused
-    attribute, so that a typo such as ``d_modl`` would train the preset's size and be saved in ``config.json``)."""
-    if not isinstance(overrides, dict):
-        raise ValueError(f"{where} must be a mapping of setting names to values, e.g. {{\"d_model\": 256}}; got {overrides!r}.")
-    known = {field.name for field in dataclasses.fields(VanillaTransformerConfig)} | {"attn_implementation"}
-    for name in overrides:
-        if name not in known:
-            close = difflib.get_close_matches(str(name), sorted(known), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"{where}: {name!r} is not a setting of VanillaTransformerConfig.{hint} The settings are: "
-                f"{', '.join(sorted(known - {'transformers_version', 'architectures', 'id2label', 'label2id'}))}."
-            )
-
-
 def new_model(preset: str, tokenizer: Any, **overrides: Any) -> VanillaTransformerForConditionalGeneration:
     """An untrained model of a preset whose vocabulary size and special token ids are ``tokenizer``'s."""
     config = preset_config(preset, **{**config_ids_from_tokenizer(tokenizer), **overrides})
     model = VanillaTransformerForConditionalGeneration(config)
+    # The paper's decoding (§6.1) travels with the checkpoint, in its generation_config.json, as transformers'
+    # checkpoints carry theirs (the class itself keeps transformers' defaults, plus the per-sentence length limit).
+    model.generation_config.update(**PAPER_DECODING)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model
 

@@ -11,14 +11,18 @@ Read top to bottom, this file follows the paper:
     §3.1   encoder and decoder stacks     -> VanillaTransformerEncoder, VanillaTransformerDecoder
     §3.4   shared embeddings × √d_model   -> VanillaTransformerModel (one matrix, `shared`)
     §3.4   pre-softmax linear layer, tied -> VanillaTransformerForConditionalGeneration.lm_head
-    §6.1   beam 4, α 0.6, at most source length + 50 -> VanillaTransformerSourceLengthLimit, `generate`
+    §6.1   at most source length + 50     -> VanillaTransformerSourceLengthLimit, `generate`
+    §6.1   beam 4, α 0.6                  -> PAPER_DECODING (the package's checkpoints' generation_config.json)
 
-Then the transformers plumbing: input checks, label shifting, outputs.
+Then the transformers plumbing: input checks, label shifting, outputs. Hidden states and attention weights
+are recorded as transformers' own models record them (``_can_record_outputs``, ``capture_outputs``), and
+keyword arguments (``TransformersKwargs``) pass through every layer to the attention function.
 
 Speed lives beside this file, behind named calls: ``kernels_vanilla_transformer.py`` (dropout on CPUs,
 the block-wise label-smoothed loss) and ``generation_vanilla_transformer.py`` (the in-place beam search the
-model class inherits, and ``attention_for_grouped_beams``, the one hook in the attention below). Each equals
-the plain expression named in its docstring, and the beam search runs only where it was tested.
+model class inherits, and ``attention_for_grouped_beams``, the one hook in the attention below, taken only
+when the beam search passes ``beams_per_encoder_row``). Each equals the plain expression named in its
+docstring, and the beam search runs only where it was tested.
 
 This file travels to the Hub with every checkpoint (``trust_remote_code=True``): it imports only torch,
 transformers, the standard library and, relatively, its siblings. Layout and attribute names follow
@@ -43,7 +47,7 @@ from torch import nn
 from transformers import GenerationConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import LogitsProcessorList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -53,11 +57,18 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import can_return_tuple, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .generation_vanilla_transformer import VanillaTransformerGenerationMixin, attention_for_grouped_beams
+from .generation_vanilla_transformer import (
+    InPlaceLogitsProcessor,
+    VanillaTransformerGenerationMixin,
+    attention_for_grouped_beams,
+)
 from .kernels_vanilla_transformer import apply_dropout, dropout_add, linear_cross_entropy_sums
 
 
@@ -126,14 +137,23 @@ def eager_attention_forward(
     query: torch.Tensor,  # [B, H, T_q, d_k]
     key: torch.Tensor,  # [B, H, T_k, d_k]
     value: torch.Tensor,  # [B, H, T_k, d_v]
-    attention_mask: torch.Tensor | None,  # additive float mask [B, 1, T_q, T_k] (0 or -inf)
+    attention_mask: torch.Tensor | None,  # [B, 1, T_q, T_k]: additive float (eager's), or True where allowed (SDPA's)
     scaling: float,
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference implementation; returns the attention weights (used for pictures)."""
+    """The reference implementation, which also returns the attention weights (``output_attentions``, pictures).
+
+    It takes the masks every backend is given, so that it can stand in for SDPA when weights are asked for: an
+    additive float mask, a boolean one, or none, which for decoder self-attention (``module.is_causal``) means
+    the causal mask, as SDPA reads it."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [B, H, T_q, T_k]
-    if attention_mask is not None:
+    q_len, k_len = scores.shape[-2:]
+    if attention_mask is None and getattr(module, "is_causal", False) and q_len > 1:
+        attention_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
         scores = scores + attention_mask
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = apply_dropout(weights, p=dropout, training=module.training)
@@ -145,7 +165,8 @@ def eager_attention_forward(
 # §3.2.2 Multi-head attention:  Concat(head_1, …, head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 # --------------------------------------------------------------------------------------------
 def attention_head_size(config: VanillaTransformerConfig, num_heads: int) -> int:
-    """d_k = d_v of one head: ``config.head_dim`` when set, else the paper's d_model / h (§3.2.2)."""
+    """d_k = d_v of one head: ``config.head_dim`` (d_model / h unless set), or d_model / h of this stack when the
+    stacks' head counts differ and ``head_dim`` was left out."""
     return config.head_dim or config.d_model // num_heads
 
 
@@ -155,9 +176,8 @@ class VanillaTransformerAttention(nn.Module):
 
     The h per-head projections W_i^Q, W_i^K, W_i^V (each d_model × d_k) are stored side by side as one
     ``d_model × h·d_k`` matrix each for Q, K, V, and W^O as one ``h·d_k × d_model`` matrix. With the
-    paper's d_k = d_v = d_model / h all four are ``d_model × d_model``; ``config.head_dim`` sets
-    d_k = d_v, with h fixed. The projections carry biases, as in Marian, fairseq and tensor2tensor's
-    reference code.
+    paper's d_k = d_v = d_model / h (``config.head_dim``) all four are ``d_model × d_model``. The
+    projections carry biases, as in Marian and fairseq.
     """
 
     def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool = False, layer_idx: int = 0):
@@ -182,8 +202,14 @@ class VanillaTransformerAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,  # encoder output [B, T_k, d_model] for cross-attention
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        **kwargs,
+        beams_per_encoder_row: int = 1,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""
+        beams_per_encoder_row: in encoder–decoder attention, how many consecutive rows of ``hidden_states`` (a
+            sentence's beams) share one row of ``key_value_states`` (the sentence's encoder output); the beam
+            search of ``generation_vanilla_transformer.py`` passes its beam count. 1: one row each.
+        """
         is_cross_attention = key_value_states is not None
         batch, q_len = hidden_states.shape[:2]
         query = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)  # [B, H, T_q, d_k]
@@ -213,8 +239,10 @@ class VanillaTransformerAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        if key.shape[0] != batch:  # fast-path hook: beam search passes one encoder row per sentence
-            attention_interface = partial(attention_for_grouped_beams, attention_interface)
+        if kwargs.get("output_attentions"):  # the weights asked for exist only in the eager computation
+            attention_interface = eager_attention_forward
+        if is_cross_attention and beams_per_encoder_row > 1:  # the fast-path hook (generation_vanilla_transformer)
+            attention_interface = partial(attention_for_grouped_beams, attention_interface, beams_per_encoder_row)
         output, weights = attention_interface(
             self,
             query,
@@ -223,6 +251,7 @@ class VanillaTransformerAttention(nn.Module):
             attention_mask,
             dropout=self.dropout if self.training else 0.0,
             scaling=self.scaling,
+            **kwargs,
         )
         output = output.reshape(batch, q_len, -1).contiguous()  # Concat(head_1, …, head_h): [B, T_q, h·d_v]
         return self.out_proj(output), weights  # · W^O
@@ -275,14 +304,15 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.ffn = VanillaTransformerFeedForward(config.d_model, config.encoder_ffn_dim, config.activation_dropout)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None):
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Unpack[TransformersKwargs]
+    ) -> torch.Tensor:
         x = self._sublayer_input(hidden_states, self.self_attn_layer_norm)
-        attn_output, attn_weights = self.self_attn(x, attention_mask=attention_mask)
+        attn_output, _ = self.self_attn(x, attention_mask=attention_mask, **kwargs)
         hidden_states = self._residual(hidden_states, attn_output, self.self_attn_layer_norm)
 
         x = self._sublayer_input(hidden_states, self.final_layer_norm)
-        hidden_states = self._residual(hidden_states, self.ffn(x), self.final_layer_norm)
-        return hidden_states, attn_weights
+        return self._residual(hidden_states, self.ffn(x), self.final_layer_norm)
 
 
 class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
@@ -305,52 +335,97 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         encoder_hidden_states: torch.Tensor,  # positional, for gradient checkpointing
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        use_cache: bool = False,
-    ):
+        beams_per_encoder_row: int = 1,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
         x = self._sublayer_input(hidden_states, self.self_attn_layer_norm)
-        attn_output, self_weights = self.self_attn(x, attention_mask=attention_mask, cache=cache)
+        attn_output, _ = self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)
         hidden_states = self._residual(hidden_states, attn_output, self.self_attn_layer_norm)
 
         x = self._sublayer_input(hidden_states, self.encoder_attn_layer_norm)
-        attn_output, cross_weights = self.encoder_attn(
-            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache
-        )
+        attn_output, _ = self.encoder_attn(
+            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache,
+            beams_per_encoder_row=beams_per_encoder_row, **kwargs,
+        )  # fmt: skip
         hidden_states = self._residual(hidden_states, attn_output, self.encoder_attn_layer_norm)
 
         x = self._sublayer_input(hidden_states, self.final_layer_norm)
-        hidden_states = self._residual(hidden_states, self.ffn(x), self.final_layer_norm)
-        return hidden_states, self_weights, cross_weights
+        return self._residual(hidden_states, self.ffn(x), self.final_layer_norm)
+
+
+# --------------------------------------------------------------------------------------------
+# The base class: initialisation and the flags transformers reads.
+# --------------------------------------------------------------------------------------------
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    """Initialisation and the flags transformers reads."""
+
+    config: VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flex_attn = True  # checked on CPU against eager (tests/test_modeling.py)
+    _can_compile_fullgraph = True  # static cache; one graph under torch.compile(fullgraph=True) (tested)
+    # flash attention: not declared until it has been checked on a GPU (docs/transformers.md).
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The paper gives no initialisation; we use the common choice of its reference code
+        (tensor2tensor, fairseq): Xavier-uniform linear layers with zero biases, and token embeddings
+        ~ N(0, d_model^-0.5) so that embeddings × √d_model have unit variance.
+
+        Constant tensors (the sinusoid table) are recomputed here: ``from_pretrained`` leaves
+        non-persistent buffers uninitialised and relies on this method to fill them.
+        """
+        std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VanillaTransformerSinusoidalPositionalEncoding):
+            init.copy_(module.pe, sinusoidal_position_encoding(torch.arange(module.pe.shape[0]), module.d_model))
 
 
 # --------------------------------------------------------------------------------------------
 # §3.1 The two stacks. Inputs: embeddings × √d_model (§3.4) + positions (§3.5), then dropout (§5.4).
+# Hidden states and attention weights are recorded as transformers' models record them (`_can_record_outputs`).
 # --------------------------------------------------------------------------------------------
-def _positions(config: VanillaTransformerConfig) -> nn.Module:
+def position_encoding_for(config: VanillaTransformerConfig) -> nn.Module:
+    """The sinusoids of §3.5, or learned positions (``position_embedding_type="learned"``)."""
     if config.position_embedding_type == "learned":
         return VanillaTransformerLearnedPositionalEmbedding(config.max_position_embeddings, config.d_model)
     return VanillaTransformerSinusoidalPositionalEncoding(config.max_position_embeddings, config.d_model)
 
 
-class VanillaTransformerEncoder(nn.Module):
+class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
     """N identical layers of bidirectional self-attention + FFN."""
 
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerEncoderLayer,
+        "attentions": VanillaTransformerAttention,
+    }
+
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = _positions(config)
+        self.embed_positions = position_encoding_for(config)
         self.layers = nn.ModuleList(VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers))
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.post_init()
 
+    @merge_with_config_defaults
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Give exactly one of `input_ids` or `inputs_embeds` to the encoder.")
@@ -371,37 +446,34 @@ class VanillaTransformerEncoder(nn.Module):
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
             allow_is_bidirectional_skip=attention_mask is None,  # a given mask is used, not read (a device sync)
         )  # fmt: skip
-
-        all_hidden, all_attn = [], []
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden.append(hidden_states)
-            hidden_states, weights = layer(hidden_states, mask)
-            if output_attentions:
-                all_attn.append(weights)
+            hidden_states = layer(hidden_states, mask, **kwargs)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden.append(hidden_states)
-        return BaseModelOutput(
-            last_hidden_state=hidden_states,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            attentions=tuple(all_attn) if output_attentions else None,
-        )
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VanillaTransformerDecoder(nn.Module):
+class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     """N identical layers of masked self-attention + encoder–decoder attention + FFN."""
 
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(VanillaTransformerDecoderLayer, num_hidden_layers_key="decoder_layers"),
+        "attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
     def __init__(self, config: VanillaTransformerConfig):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = _positions(config)
+        self.embed_positions = position_encoding_for(config)
         self.layers = nn.ModuleList(VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers))
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.post_init()
 
+    @merge_with_config_defaults
+    @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -410,10 +482,8 @@ class VanillaTransformerDecoder(nn.Module):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool = False,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        **kwargs,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Give exactly one of `decoder_input_ids` or `decoder_inputs_embeds` to the decoder.")
@@ -454,72 +524,18 @@ class VanillaTransformerDecoder(nn.Module):
             encoder_hidden_states=encoder_hidden_states,
             allow_is_bidirectional_skip=encoder_attention_mask is None,
         )
-
-        all_hidden, all_self, all_cross = [], [], []
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden.append(hidden_states)
-            hidden_states, self_weights, cross_weights = layer(
-                hidden_states,
-                causal_mask,
-                encoder_hidden_states,
-                encoder_attention_mask=cross_mask,
-                cache=cache,
-                use_cache=use_cache,
+            hidden_states = layer(
+                hidden_states, causal_mask, encoder_hidden_states, encoder_attention_mask=cross_mask, cache=cache, **kwargs
             )
-            if output_attentions:
-                all_self.append(self_weights)
-                all_cross.append(cross_weights)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden.append(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            cache=cache if use_cache else None,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            attentions=tuple(all_self) if output_attentions else None,
-            cross_attentions=tuple(all_cross) if output_attentions else None,
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache if use_cache else None)
 
 
 # --------------------------------------------------------------------------------------------
 # §3.4 The encoder–decoder with one embedding matrix shared by source and target.
 # --------------------------------------------------------------------------------------------
-class VanillaTransformerPreTrainedModel(PreTrainedModel):
-    """Initialisation and the flags transformers reads."""
-
-    config: VanillaTransformerConfig
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
-    _supports_sdpa = True
-    _supports_flex_attn = True  # checked on CPU against eager (tests/test_modeling.py)
-    _can_compile_fullgraph = True  # static cache; one graph under torch.compile(fullgraph=True) (tested)
-    # flash attention: not declared until it has been checked on a GPU (docs/transformers.md).
-
-    def _init_weights(self, module: nn.Module) -> None:
-        """The paper gives no initialisation; we use the common choice of its reference code
-        (tensor2tensor, fairseq): Xavier-uniform linear layers with zero biases, and token embeddings
-        ~ N(0, d_model^-0.5) so that embeddings × √d_model have unit variance.
-
-        Constant tensors (the sinusoid table) are recomputed here: ``from_pretrained`` leaves
-        non-persistent buffers uninitialised and relies on this method to fill them.
-        """
-        std = self.config.init_std if self.config.init_std is not None else self.config.d_model**-0.5
-        if isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, VanillaTransformerSinusoidalPositionalEncoding):
-            init.copy_(module.pe, sinusoidal_position_encoding(torch.arange(module.pe.shape[0]), module.d_model))
-
-
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     """Encoder–decoder returning the decoder's last hidden states (no output layer)."""
 
@@ -560,31 +576,13 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
-        output_hidden_states = bool(
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        use_cache = bool(use_cache if use_cache is not None else self.config.use_cache)
-        if output_attentions and self.config._attn_implementation != "eager":
-            raise ValueError(
-                f"output_attentions=True needs attention weights, which the '{self.config._attn_implementation}' "
-                f"attention does not return. Load the model with attn_implementation='eager' or call "
-                f"model.set_attn_implementation('eager') first."
-            )
-
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
+        elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, as return_dict=False gives it
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         encoder_hidden = encoder_outputs.last_hidden_state
         _check_mask("attention_mask", attention_mask, encoder_hidden.shape[:2])
@@ -597,8 +595,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,  # whatever config.return_dict says: this forward's own output is what can_return_tuple turns
+            **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -621,6 +619,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     ``labels`` → mean cross-entropy over positions whose label is not -100 (decoder inputs are the
     labels shifted right), label-smoothed (§5.4) when ``smoothing`` is given (the training command
     does so, and so does the package's ``TranslationSeq2SeqTrainer`` in training, with ``skip_logits``).
+    The model keeps no state between calls: a training loop that wants the loss's logits kept in one
+    place from step to step passes its own ``loss_workspace``.
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -632,21 +632,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.model = VanillaTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
-        # §6.1 decoding defaults, saved to generation_config.json (which from_pretrained reads back).
-        # `source_length_offset` is ours: see `generate`.
+        # transformers' decoding defaults, plus the paper's per-sentence length limit (§6.1, see `generate`),
+        # saved to generation_config.json. The paper's beam 4 and α 0.6 (PAPER_DECODING) are the package's
+        # checkpoints' own: they travel in their generation_config.json, as a checkpoint's decoding settings do.
         token_ids = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
         self.generation_config = GenerationConfig(
-            **{name: getattr(config, name) for name in token_ids},
-            num_beams=4,
-            length_penalty=0.6,
-            source_length_offset=50,
+            **{name: getattr(config, name) for name in token_ids}, source_length_offset=SOURCE_LENGTH_OFFSET
         )
-        self._loss_workspace: dict = {}  # kept logits of the training loss (see linear_cross_entropy_sums)
-
-    def train(self, mode: bool = True):
-        if not mode:  # inference needs no loss workspace: give its memory back
-            self._loss_workspace.clear()
-        return super().train(mode)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
@@ -672,12 +664,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         smoothing: float = 0.0,
         skip_logits: bool = False,
-        **kwargs,
+        loss_workspace: dict | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> "VanillaTransformerSeq2SeqLMOutput":
         r"""
         labels: target ids (-100 = ignored); the loss is their cross-entropy, averaged over the
@@ -688,6 +679,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             whose name contains "label" for a label column.)
         skip_logits: with ``labels``, compute the same loss and gradients without the logits, block by
             block (``linear_cross_entropy_sums``): less memory and time. The training command uses it.
+        loss_workspace: with ``skip_logits``, a dict the caller keeps from step to step, in which the loss keeps
+            the logits between its forward and backward passes (instead of computing them twice) and reuses
+            that memory at every step. The model holds none itself.
         """
         if skip_logits and labels is None:
             raise ValueError("skip_logits=True needs `labels`: without them there is no loss to compute instead of the logits.")
@@ -706,9 +700,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         hidden = outputs.last_hidden_state  # [B, T, d_model]
         logits = loss = nll_loss = None
@@ -722,8 +715,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if labels is not None:
             labels = labels.to(hidden.device)
             if skip_logits:  # fast path: the same sums without the logits (kernels_vanilla_transformer)
-                workspace = self._loss_workspace if self.training else None
-                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, smoothing, workspace=workspace)
+                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, smoothing, workspace=loss_workspace)
             else:
                 flat_logits, flat_labels = logits.float().flatten(0, 1), labels.flatten()
                 smoothed = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
@@ -781,19 +773,24 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
         with input_values_checked():
             output = super().generate(inputs, generation_config, logits_processor, **kwargs)
-        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
-        eos, pad = kwargs.get("eos_token_id", config.eos_token_id), kwargs.get("pad_token_id", config.pad_token_id)
-        if sequences is not None and eos is not None and pad is not None:
-            # Beam search fills finished rows with `pad_token_id or eos_token_id` (transformers 5.24,
-            # generation/utils.py), i.e. with </s> when the pad id is 0, as ours is: pad them as greedy does,
-            # so that counting non-pad tokens counts the output.
-            new = sequences[:, 1:]  # a view: column 0 is the decoder start token, which may be </s> too
-            ended = torch.isin(new, torch.as_tensor(eos, device=new.device)).long()
-            new.masked_fill_(ended.cumsum(-1) - ended > 0, pad)
-        num_beams = kwargs.get("num_beams") or config.num_beams
-        if num_beams > 1 and getattr(output, "cache", None) is not None:  # the cache that continues `sequences`
-            source = {"input_ids": inputs if inputs is not None else kwargs.get("input_ids"), **kwargs}
-            output.cache = self._cache_of_sequences(sequences, output.cache, num_beams, source)
+        num_beams = kwargs.get("num_beams") or config.num_beams or 1
+        if num_beams > 1:
+            # For transformers' own beam search, which runs where the in-place one does not (sampling, returned
+            # scores, static caches, other processors): it fills finished rows with `pad_token_id or
+            # eos_token_id` (5.24, generation/utils.py), so with </s> when the pad id is 0, as ours is. Pad them as
+            # greedy search and the in-place beam search do, so that counting non-pad tokens counts the output.
+            sequences = output if isinstance(output, torch.Tensor) else output.sequences
+            eos, pad = kwargs.get("eos_token_id", config.eos_token_id), kwargs.get("pad_token_id", config.pad_token_id)
+            if eos is not None and pad is not None:
+                new = sequences[:, 1:]  # a view: column 0 is the decoder start token, which may be </s> too
+                ended = torch.isin(new, torch.as_tensor(eos, device=new.device)).long()
+                new.masked_fill_(ended.cumsum(-1) - ended > 0, pad)
+            # Also transformers' loop (a returned cache means return_dict_in_generate, which the in-place loop
+            # leaves to it): its cache holds the beams still running at the last step, not the returned ones;
+            # rebuild it so that a next generate() continues the returned sequences.
+            if getattr(output, "cache", None) is not None:
+                source = {"input_ids": inputs if inputs is not None else kwargs.get("input_ids"), **kwargs}
+                output.cache = self._cache_of_sequences(sequences, output.cache, num_beams, source)
         return output
 
     def _source_lengths(self, inputs: torch.Tensor | None, kwargs: dict) -> torch.Tensor:
@@ -839,7 +836,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 # --------------------------------------------------------------------------------------------
 # §6.1 Decoding limit: "maximum output length ... input length + 50".
 # --------------------------------------------------------------------------------------------
-class VanillaTransformerSourceLengthLimit(LogitsProcessor):
+class VanillaTransformerSourceLengthLimit(InPlaceLogitsProcessor):
     """Force end-of-sentence once a row has produced ``limit[i]`` tokens (its source length + offset).
 
     ``max_new_tokens`` can only bound the whole batch; this keeps the paper's per-sentence limit,
@@ -917,13 +914,14 @@ def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow: int | None 
 def _check_flex_head_size(config: VanillaTransformerConfig, device: torch.device) -> None:
     """torch 2.13's flex attention kernel for CPUs gave wrong (at times NaN) outputs for head sizes 8 and 16
     and exact ones from 32 on (tests/test_modeling.py): refuse the sizes below 32 there. The head size is the
-    attention's own (``head_dim``, or d_model / heads), the smaller of the two stacks'."""
+    attention's own, ``config.head_dim`` (d_model / heads unless set)."""
     if config._attn_implementation != "flex_attention" or device.type != "cpu":
         return
     heads = (config.encoder_attention_heads, config.decoder_attention_heads)
     head_size = min(attention_head_size(config, h) for h in heads)
     if head_size < 32:
-        source = f"head_dim={config.head_dim}" if config.head_dim else "d_model / heads"
+        default = all(config.d_model == h * attention_head_size(config, h) for h in heads)
+        source = "d_model / heads" if default else f"head_dim={head_size}"
         raise ValueError(
             f"flex_attention on a CPU needs a head size of at least 32, this model has head size {head_size} "
             f"({source}): torch's CPU kernel gave wrong outputs for smaller heads. Use attn_implementation='sdpa' "
@@ -959,6 +957,12 @@ class VanillaTransformerSeq2SeqLMOutput(Seq2SeqLMOutput):
     nll_loss: torch.FloatTensor | None = None
 
 
+#: §6.1: "We set the maximum output length during inference to input length + 50".
+SOURCE_LENGTH_OFFSET = 50
+#: §6.1: "beam search with a beam size of 4 and length penalty α = 0.6" — the decoding settings of the
+#: checkpoints the package makes (``loading.new_model``), saved in their ``generation_config.json``.
+PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, "source_length_offset": SOURCE_LENGTH_OFFSET}
+
 # The translation pipeline that travels with saved models (pipeline_vanilla_transformer.py), as
 # transformers' Pipeline.save_pretrained names it in config.json.
 PIPELINE_FILE = "pipeline_vanilla_transformer.py"
@@ -978,4 +982,5 @@ __all__ = [
     "sinusoidal_position_encoding",
     "shift_tokens_right",
     "input_values_checked",
+    "PAPER_DECODING",
 ]

@@ -27,6 +27,7 @@ from transformers import PreTrainedTokenizerFast
 __all__ = [
     "SPECIAL_TOKENS",
     "SPECIAL_TOKEN_IDS",
+    "check_source_lengths",
     "check_tokenizer_matches_model",
     "drop_load_time_keys",
     "save_tokenizer",
@@ -191,3 +192,21 @@ def check_tokenizer_matches_model(tokenizer: Any, config: Any) -> None:
             )
     if problems:
         raise ValueError("Tokenizer and model config do not match:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def check_source_lengths(lengths: list[int], limit: int, *, table: str, fix: str) -> None:
+    """Refuse tokenised sources longer than a position table of ``limit`` rows.
+
+    ``lengths`` are the sources' lengths in tokens (``</s>`` included); ``table`` names the table in the message
+    (e.g. "this export's position table (512 positions)") and ``fix`` adds what else can be done besides
+    shortening or splitting the sentences.
+
+    Raises:
+        ValueError: naming the first five sentences that are too long, with their lengths.
+    """
+    too_long = [i for i, n in enumerate(lengths) if n > limit]
+    if too_long:
+        shown = ", ".join(f"text {i} has {lengths[i]} tokens" for i in too_long[:5])
+        raise ValueError(
+            f"{len(too_long)} source sentence(s) are longer than {table}: {shown}. Shorten or split them ({fix})."
+        )

@@ -40,11 +40,11 @@ from .checkpoints import (
     save_folder_atomically,
     write_json_atomically,
 )
-from .data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus
+from .data import TokenBucketBatchSampler, collate_pairs, load_parallel_corpus, tokenize_corpus
 from .distributed import agree, any_process, on_main_process, sum_over_processes, test_delay
-from .evaluation import evaluate_model, score, translate
+from .evaluation import evaluate_model, loss_sums, perplexity, score, translate
 from .loading import load_model, load_tokenizer, new_model
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, input_values_checked
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .schedule import make_optimizer_and_schedule
 from .tokenization import check_tokenizer_matches_model, match_model_max_length, save_tokenizer, train_joint_bpe
 from .training_config import TrainConfig
@@ -116,17 +116,6 @@ def _load_corpus(config: TrainConfig) -> dict:
     return corpus
 
 
-def _collate(split: _Split, indices: list[int], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """A padded batch; without ``attention_mask`` when no source is padded (known here, on the host, so that
-    the model need not read the mask back from the device to skip it)."""
-    batch = collate_batch(
-        [{"input_ids": split.input_ids[i], "labels": split.labels[i]} for i in indices], pad_token_id=pad_token_id
-    )
-    if len({len(split.input_ids[i]) for i in indices}) == 1:
-        del batch["attention_mask"]
-    return batch
-
-
 def _target_tokens(split: _Split, indices: list[int]) -> int:
     return sum(len(split.labels[i]) for i in indices)
 
@@ -142,40 +131,10 @@ def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditi
     return model
 
 
-def _loss_sums(model, batch: dict, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums over the batch's target tokens of the label-smoothed cross-entropy (§5.4; with gradients)
-    and of the plain NLL. ``skip_logits``: the model computes them block by block from its last hidden
-    states instead of materialising [batch, length, vocab] logits (same values; faster on CPUs)."""
-    with input_values_checked():  # the ids come from a tokenizer checked against the model: no range check
-        out = model(
-            input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), labels=batch["labels"],
-            smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
-        )  # fmt: skip
-    return out.loss, out.nll_loss
-
-
-@torch.no_grad()
 def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
-    model.eval()
-    sampler = TokenBucketBatchSampler(
-        list(zip(map(len, split.input_ids), map(len, split.labels))),
-        max_tokens=config.max_tokens,
-        shuffle=False,
-        num_replicas=accelerator.num_processes,
-        rank=accelerator.process_index,
-        drop_last=False,
-    )
-    totals = torch.zeros(3, device=accelerator.device, dtype=torch.float64)  # smoothed, nll, tokens
-    for indices in sampler:
-        batch = {k: v.to(accelerator.device) for k, v in _collate(split, indices, pad_token_id).items()}
-        with accelerator.autocast():
-            smoothed, nll = _loss_sums(model, batch, config.label_smoothing_factor)
-        totals[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
-        totals[2] += _target_tokens(split, indices)
-    totals = sum_over_processes(accelerator, totals)  # (padding batches repeated on some ranks count twice: negligible)
-    model.train()
-    loss, nll = (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
-    return {"valid_loss": loss, "valid_nll": nll, "valid_ppl": math.exp(min(nll, 50))}
+    result = perplexity(model, split.input_ids, split.labels, pad_token_id=pad_token_id, max_tokens=config.max_tokens,
+                        label_smoothing=config.label_smoothing_factor, accelerator=accelerator)  # fmt: skip
+    return {"valid_loss": result["loss"], "valid_nll": result["nll"], "valid_ppl": result["ppl"]}
 
 
 def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accelerator) -> dict:
@@ -338,6 +297,7 @@ def train(config: TrainConfig) -> dict:
     epoch_batches, batches_epoch = [], None
     stop_reason = "max_steps" if state["step"] >= config.max_steps else None
     loop_start = time.monotonic() - state["loop_seconds"]
+    loss_workspace: dict = {}  # the loss keeps its logits here from forward to backward, in memory reused each step
     while stop_reason is None:
         test_delay("step", accelerator.process_index)
         if batches_epoch != state["epoch"]:  # this process's batches of the epoch, in the epoch's order
@@ -345,7 +305,7 @@ def train(config: TrainConfig) -> dict:
             epoch_batches, batches_epoch = list(sampler), state["epoch"]
         k, accumulation = state["step_in_epoch"], config.gradient_accumulation_steps
         micro_indices = epoch_batches[k * accumulation : (k + 1) * accumulation]
-        micro = [_collate(train_split, indices, pad_id) for indices in micro_indices]
+        micro = [collate_pairs(train_split.input_ids, train_split.labels, indices, pad_id) for indices in micro_indices]
         # Normalise by the target tokens of the whole global batch (all micro-batches, all processes), so
         # the update does not depend on how the batch is split; DDP averages over processes, hence the
         # factor num_processes. The count stays on the device.
@@ -356,7 +316,7 @@ def train(config: TrainConfig) -> dict:
             batch = {key: value.to(accelerator.device, non_blocking=True) for key, value in batch.items()}
             with accelerator.no_sync(model) if i < len(micro) - 1 else nullcontext():
                 with accelerator.autocast():
-                    smoothed, nll = _loss_sums(model, batch, config.label_smoothing_factor)
+                    smoothed, nll = loss_sums(model, batch, config.label_smoothing_factor, loss_workspace)
                 accelerator.backward(smoothed * accelerator.num_processes / global_tokens)
             window[:2] += torch.stack([smoothed.detach(), nll.detach()]).double()
         window[2] += local

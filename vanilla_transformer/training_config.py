@@ -3,11 +3,17 @@
 Each field carries its meaning in ``metadata={"help": ...}`` (written with transformers' ``HfArg``),
 which transformers' ``HfArgumentParser`` turns into the options of ``vanilla-transformer train``:
 ``train --help`` lists every field with its meaning and default.
+
+The model settings a run names are checked here, without loading a model: a preset of Table 3
+(:data:`PRESETS`, ``VanillaTransformerConfig.base()`` / ``.big()``) and overrides that must be fields of
+:class:`~vanilla_transformer.configuration_vanilla_transformer.VanillaTransformerConfig`
+(:func:`check_config_overrides`). :mod:`vanilla_transformer.loading` builds models from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import sys
@@ -19,9 +25,36 @@ from typing import Any
 
 from transformers.hf_argparser import HfArg
 
-from .loading import PRESETS, check_config_overrides
+from .configuration_vanilla_transformer import VanillaTransformerConfig
 
-__all__ = ["RENAMED_OPTIONS", "TrainConfig", "options_from_file", "translate_renamed_options"]
+__all__ = [
+    "PRESETS",
+    "RENAMED_OPTIONS",
+    "TrainConfig",
+    "check_config_overrides",
+    "options_from_file",
+    "translate_renamed_options",
+]
+
+#: The configurations of Table 3, as ``VanillaTransformerConfig.base()`` / ``.big()``.
+PRESETS = ("base", "big")
+
+
+def check_config_overrides(overrides: dict[str, Any], where: str = "model settings") -> None:
+    """Refuse a name that is not a setting of :class:`VanillaTransformerConfig` (which would keep it as an unused
+    attribute, so that a typo such as ``d_modl`` would train the preset's size and be saved in ``config.json``)."""
+    if not isinstance(overrides, dict):
+        raise ValueError(f"{where} must be a mapping of setting names to values, e.g. {{\"d_model\": 256}}; got {overrides!r}.")
+    known = {field.name for field in dataclasses.fields(VanillaTransformerConfig)} | {"attn_implementation"}
+    for name in overrides:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), sorted(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{where}: {name!r} is not a setting of VanillaTransformerConfig.{hint} The settings are: "
+                f"{', '.join(sorted(known - {'transformers_version', 'architectures', 'id2label', 'label2id'}))}."
+            )
+
 
 MIXED_PRECISIONS = ("no", "bf16", "fp16", "auto")
 ATTENTION_IMPLEMENTATIONS = ("auto", "eager", "sdpa")
