@@ -50,6 +50,22 @@ def model():
     return tiny_model()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def prepared_corpus_cache(tmp_path_factory):
+    """Prepared corpora go to a folder of the test session (and of the processes the tests start), not the user's
+    cache; tests that prepare the same corpus with the same tokenizer share it, as runs do."""
+    import os
+
+    folder = tmp_path_factory.mktemp("prepared-cache")
+    old = os.environ.get("VANILLA_TRANSFORMER_CACHE")
+    os.environ["VANILLA_TRANSFORMER_CACHE"] = str(folder)
+    yield folder
+    if old is None:
+        del os.environ["VANILLA_TRANSFORMER_CACHE"]
+    else:
+        os.environ["VANILLA_TRANSFORMER_CACHE"] = old
+
+
 @pytest.fixture(autouse=True)
 def fresh_accelerate_state():
     """Accelerate keeps process-wide state; reset it so each training run in a test starts clean."""

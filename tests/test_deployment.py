@@ -147,7 +147,28 @@ def test_each_sentence_keeps_its_own_length_limit(tokenizer, tmp_path):
         # Alone or in a batch of other lengths, a sentence gets the same translation (with α = 0.6 too).
         batched = engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, batch_size=16)
         assert batched == [engine.translate_ids([text], num_beams=num_beams, length_penalty=0.6)[0] for text in texts]
+        if num_beams > 1:  # every search ran into its limit: each sentence was decoded again with its own
+            engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, batch_size=16)
+            assert engine.redecoded == len(texts)
+            assert batched == engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, group_by_limit=True)
     assert [len(row) for row in engine.translate_ids(texts, max_new_tokens=5)] == [4] * len(texts)
+
+
+def test_beam_batches_mix_source_lengths_and_give_the_one_limit_paths_tokens(trained, tokenizer, tmp_path):
+    """Beam batches are formed whatever the source lengths; a sentence whose search came near its own limit is
+    decoded again with it. A small length offset makes some sentences reach their limit and others not: the
+    tokens are those of batches that hold one limit each, and only the sentences near their limit ran twice."""
+    model = save(trained, tokenizer, tmp_path / "model")
+    generation = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**generation, "source_length_offset": 4}))
+    engine = CTranslate2Translator(export_ctranslate2(model, tmp_path / "export"))
+    texts = bundled_lines("test.de.gz", 64)
+    fast = engine.translate_ids(texts, num_beams=4, length_penalty=0.6, batch_size=16)
+    assert 0 < engine.redecoded < len(texts)
+    assert fast == engine.translate_ids(texts, num_beams=4, length_penalty=0.6, batch_size=16, group_by_limit=True)
+    limits = [len(ids) + 4 for ids in tokenizer(texts)["input_ids"]]
+    assert any(len(row) == limit - 1 for row, limit in zip(fast, limits))  # some reach their limit
+    assert all(len(row) <= limit - 1 for row, limit in zip(fast, limits))
 
 
 def test_the_position_table_has_the_chosen_length_and_longer_inputs_are_refused(trained, tokenizer, tmp_path):

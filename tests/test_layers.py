@@ -27,7 +27,8 @@ LAYERS = [
     ("configuration", {"configuration_vanilla_transformer"}),
     ("modeling", {"modeling_vanilla_transformer", "generation_vanilla_transformer", "kernels_vanilla_transformer",
                   "pipeline_vanilla_transformer", "__init__"}),  # fmt: skip
-    ("foundations", {"tokenization", "data", "schedule", "checkpoints", "distributed", "loading", "training_config", "deployment"}),
+    ("foundations", {"tokenization", "data", "schedule", "checkpoints", "distributed", "loading", "training_config", "deployment",
+                     "prepared"}),  # fmt: skip
     ("evaluation", {"evaluation"}),
     ("reporting", {"visualization", "cards", "explorer"}),
     ("training", {"training", "finetuning"}),

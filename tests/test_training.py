@@ -128,6 +128,14 @@ def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
         train(tiny_run(corpus, tmp_path / "bad", attention_pictures=100_000))
 
 
+def test_a_launcher_asking_for_fsdp_is_refused_before_any_work(corpus, tmp_path, monkeypatch):
+    """On CPUs Accelerate would run DDP instead of FSDP without a word; the command says so and stops."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ValueError, match="asks for FSDP, but .*only on GPUs.*configs/accelerate/8gpu.yaml"):
+        train(tiny_run(corpus, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------------ checkpoints and resume
 def test_resume_continues_exactly_where_the_run_stopped(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "full", max_steps=6))

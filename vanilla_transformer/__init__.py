@@ -20,7 +20,8 @@ layer without a circle; ``tests/test_layers.py`` checks every import, including 
    imports only torch, transformers, huggingface_hub, safetensors, the standard library and, relatively,
    the others), and this ``__init__``
 3. foundations: ``tokenization``, ``data``, ``schedule``, ``checkpoints`` (and the atomic writes of the whole
-   package), ``distributed`` (decisions and collectives that every process takes together), ``training_config``
+   package), ``prepared`` (a corpus tokenised once into memory-mapped token arrays, above ``checkpoints``),
+   ``distributed`` (decisions and collectives that every process takes together), ``training_config``
    (run settings and the presets they name), ``loading`` (above ``training_config``), ``deployment`` (the
    CTranslate2 export and engine, above ``loading``)
 4. evaluation: ``evaluation`` (the translation interface both engines implement, scoring, perplexity)

@@ -25,7 +25,14 @@ Decoding, compared with transformers' ``generate`` (docs/deployment.md has the m
 * **The per-sentence length limit** (source length + 50, ``</s>`` included): CTranslate2's
   ``max_decoding_length`` holds per call. Greedy search decodes a batch up to the longest limit and cuts
   each sentence at its own, which is exact (a greedy output's beginning does not depend on where it stops).
-  Beam search is not prefix-stable, so a beam batch holds sentences of one source length only.
+  Beam search is not prefix-stable, so a beam batch is decoded up to its longest limit and each sentence
+  is checked: CTranslate2 stops a sentence once ``num_beams`` hypotheses have finished, and all of them are
+  returned, so the longest one ended at the step where the search stopped. A search that stopped before
+  the sentence's own last step went exactly as it would have with its own limit, and its best hypothesis
+  is kept; a sentence whose search got within two tokens of its own limit is decoded again, in a batch of
+  sentences of that one limit (the exact path, ``group_by_limit=True``). Identical outputs assume that a
+  sentence's scores do not depend on the other sentences of its batch; padding changes them in the last
+  bits, so near-ties can break the other way (docs/deployment.md counts how often).
   A hypothesis cut by the limit ends differently: transformers forces ``</s>`` as its last token (and counts
   it in the length), CTranslate2 stops one token earlier; with α = 0 the two agree, otherwise they can differ
   for sentences whose best translations run into the limit.
@@ -316,6 +323,7 @@ class CTranslate2Translator:
         self.translator = ctranslate2.Translator(
             str(folder), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
         )
+        self.redecoded = 0  # sentences the last beam search decoded a second time (see translate_ids)
 
     def _limits(self, lengths: list[int], max_new_tokens: int | None) -> list[int]:
         """Tokens each output may have, ``</s>`` included; refuses what the position table cannot hold."""
@@ -348,10 +356,13 @@ class CTranslate2Translator:
         length_penalty: float | None = None,
         max_new_tokens: int | None = None,
         progress: bool = False,
+        group_by_limit: bool = False,
     ) -> list[list[int]]:
         """Token ids of each translation (without the decoder start token and ``</s>``), in the input order.
 
-        Arguments as :meth:`translate`.
+        Arguments as :meth:`translate`; ``group_by_limit=True`` puts only sentences of one limit (one source
+        length) into a beam batch, the slower path the default is measured against (docs/deployment.md).
+        Afterwards ``self.redecoded`` counts the sentences decoded a second time with their own limit.
         """
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts) or not len(texts):
             raise ValueError("`texts` must be a non-empty list of strings.")
@@ -366,17 +377,38 @@ class CTranslate2Translator:
         lengths = [len(ids) for ids in encoded]
         limits = self._limits(lengths, max_new_tokens)
 
-        # Longest first (an out-of-memory error shows at once); beam batches hold one limit only (see the module doc).
+        eos = tokenizer.convert_ids_to_tokens(config.eos_token_id)
+        tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
+        outputs: list[list[int] | None] = [None] * len(texts)
+
+        def run(batch: list[int], num_hypotheses: int = 1) -> list[Any]:
+            return self.translator.translate_batch(
+                [tokens[i] for i in batch],
+                beam_size=num_beams,
+                num_hypotheses=num_hypotheses,
+                length_penalty=length_penalty,
+                max_decoding_length=max(limits[i] for i in batch) - 1,  # + the </s> transformers would force
+                min_decoding_length=0,  # </s> may come first, as in transformers
+                max_input_length=0,  # never truncate the source
+                return_end_token=True,  # counted in the length penalty's length, as transformers does
+                max_batch_size=0,
+            )
+
+        def keep(i: int, hypothesis: list[str]) -> None:
+            if hypothesis and hypothesis[-1] == eos:
+                hypothesis = hypothesis[:-1]
+            outputs[i] = tokenizer.convert_tokens_to_ids(hypothesis[: limits[i] - 1])
+
+        # Longest first (an out-of-memory error shows at once), in batches of similar source length.
         order = sorted(range(len(texts)), key=lambda i: (-limits[i], i))
+        one_limit = num_beams > 1 and group_by_limit
         batches: list[list[int]] = []
         for i in order:
-            if batches and len(batches[-1]) < batch_size and (num_beams == 1 or limits[batches[-1][0]] == limits[i]):
+            if batches and len(batches[-1]) < batch_size and (not one_limit or limits[batches[-1][0]] == limits[i]):
                 batches[-1].append(i)
             else:
                 batches.append([i])
-
-        eos = tokenizer.convert_ids_to_tokens(config.eos_token_id)
-        outputs: list[list[int] | None] = [None] * len(texts)
+        again: list[int] = []  # beam search only: sentences whose search may have run into their own limit
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -384,26 +416,42 @@ class CTranslate2Translator:
             bar = tqdm(total=len(texts), unit="sent", desc="translating (CTranslate2)")
         try:
             for batch in batches:
-                results = self.translator.translate_batch(
-                    [tokenizer.convert_ids_to_tokens(encoded[i]) for i in batch],
-                    beam_size=num_beams,
-                    length_penalty=length_penalty,
-                    max_decoding_length=max(limits[i] for i in batch) - 1,  # + the </s> transformers would force
-                    min_decoding_length=0,  # </s> may come first, as in transformers
-                    max_input_length=0,  # never truncate the source
-                    return_end_token=True,  # counted in the length penalty's length, as transformers does
-                    max_batch_size=0,
-                )
-                for i, result in zip(batch, results):
-                    tokens = result.hypotheses[0]
-                    if tokens and tokens[-1] == eos:
-                        tokens = tokens[:-1]
-                    outputs[i] = tokenizer.convert_tokens_to_ids(tokens[: limits[i] - 1])
+                if num_beams == 1 or one_limit:  # greedy: cutting at a sentence's own limit is exact
+                    for i, result in zip(batch, run(batch)):
+                        keep(i, result.hypotheses[0])
+                    if bar is not None:
+                        bar.update(len(batch))
+                    continue
+                # Every finished hypothesis comes back (CTranslate2 stops a sentence once num_beams have finished,
+                # so asking for all of them does not change the search); the longest one finished at the step
+                # the search stopped. If that step lies before the sentence's own last step, the search with its
+                # own limit went the same way and stopped there too: same hypotheses, same best.
+                done = 0
+                for i, result in zip(batch, run(batch, num_hypotheses=num_beams)):
+                    longest = max((len(h) for h in result.hypotheses), default=limits[i])
+                    if len(result.hypotheses) < num_beams or longest >= limits[i] - 2:  # 2: a margin for the </s>
+                        again.append(i)
+                    else:
+                        keep(i, result.hypotheses[0])
+                        done += 1
+                if bar is not None:
+                    bar.update(done)
+            # Decoded again in batches of one limit each: exactly the search with each sentence's own limit.
+            regrouped: list[list[int]] = []
+            for i in sorted(again, key=lambda i: (-limits[i], i)):
+                if regrouped and len(regrouped[-1]) < batch_size and limits[regrouped[-1][0]] == limits[i]:
+                    regrouped[-1].append(i)
+                else:
+                    regrouped.append([i])
+            for batch in regrouped:
+                for i, result in zip(batch, run(batch)):
+                    keep(i, result.hypotheses[0])
                 if bar is not None:
                     bar.update(len(batch))
         finally:
             if bar is not None:
                 bar.close()
+        self.redecoded = len(again)
         return outputs  # type: ignore[return-value]
 
     def translate(
@@ -419,7 +467,7 @@ class CTranslate2Translator:
 
         Args:
             texts: source sentences, one string each.
-            batch_size: sentences per call of the engine (beam search: at most, see the module doc).
+            batch_size: sentences per call of the engine.
             num_beams, length_penalty, max_new_tokens: override the export's ``generation_config.json``; by
                 default the paper's decoding: beam 4, α = 0.6, at most *source length + 50* tokens per sentence.
             progress: show a progress bar.

@@ -21,7 +21,6 @@ import os
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,20 @@ from .checkpoints import (
     save_folder_atomically,
     write_json_atomically,
 )
-from .data import TokenBucketBatchSampler, collate_pairs, load_parallel_corpus, tokenize_corpus
+from .data import TokenBucketBatchSampler, collate_pairs, load_parallel_corpus, local_corpus_readers
 from .distributed import agree, any_process, on_main_process, sum_over_processes, test_delay
 from .evaluation import evaluate_model, loss_sums, perplexity, score, translate
 from .loading import load_model, load_tokenizer, new_model
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .prepared import (
+    PreparedSplit,
+    file_digest,
+    is_prepared,
+    load_prepared_split,
+    mark_absent,
+    prepare_split,
+    prepared_split_folder,
+)
 from .schedule import make_optimizer_and_schedule
 from .tokenization import check_tokenizer_matches_model, match_model_max_length, save_tokenizer, train_joint_bpe
 from .training_config import TrainConfig
@@ -56,68 +64,100 @@ __all__ = ["TrainConfig", "push_folder_to_hub", "resolve_mixed_precision", "trai
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-@dataclass
-class _Split:
-    input_ids: list[list[int]]
-    labels: list[list[int]]
-    sources: list[str]
-    targets: list[str]
-
-
 def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
-    """Load the corpus, get the tokenizer (load or train the joint BPE), tokenise, drop over-long pairs."""
+    """The tokenizer (loaded, or the joint BPE trained) and each split tokenised once into a prepared corpus
+    (:mod:`~vanilla_transformer.prepared`), pairs that are empty or too long dropped. Only the main process reads
+    the corpus, streaming it from its files, and writes, and only what is not ready yet; then every process
+    memory-maps the same files."""
     test_delay("data", accelerator.process_index)
-    corpus = _load_corpus(config)
-    for needed in (config.train_split, config.validation_split):
-        if needed not in corpus:
-            raise ValueError(
-                f"The corpus {config.dataset_name!r} has splits {sorted(corpus)}, not {needed!r}. Set train_split / "
-                f"validation_split to existing ones, or give the pairs as files: --train_file, --validation_file, "
-                f"--test_file."
-            )
-    tokenizer_dir = output_dir / "tokenizer"
+    tokenizer_dir = Path(config.tokenizer_name) if config.tokenizer_name is not None else output_dir / "tokenizer"
+    needed = [name for name in dict.fromkeys((config.train_split, config.validation_split, config.test_split)) if name]
     test_delay("tokenizer", accelerator.process_index)
-    if config.tokenizer_name is not None:
-        tokenizer = load_tokenizer(config.tokenizer_name)
-    else:
-        # Only the main process looks at the disk: it trains the BPE unless the run already has one (a resume),
-        # while every other process waits for it, whatever it would see in the folder itself.
-        def train_tokenizer_unless_there() -> None:
-            if not (tokenizer_dir / "tokenizer.json").is_file():
-                train = corpus[config.train_split]
-                texts = (text for pair in zip(train["source"], train["target"]) for text in pair)
-                bpe = train_joint_bpe(texts, vocab_size=config.vocab_size, show_progress=False)
-                save_folder_atomically(tokenizer_dir, lambda folder: save_tokenizer(bpe, folder))
+    progress = not config.disable_tqdm
 
-        on_main_process(accelerator, "training the tokenizer", train_tokenizer_unless_there)
+    def prepare() -> dict:
+        corpus = _corpus_readers(config)
+        for split in (config.train_split, config.validation_split):
+            if split not in corpus:
+                raise ValueError(
+                    f"The corpus {config.dataset_name!r} has splits {sorted(corpus)}, not {split!r}. Set "
+                    f"train_split / validation_split to existing ones, or give the pairs as files: "
+                    f"--train_file, --validation_file, --test_file."
+                )
+        if config.tokenizer_name is not None:
+            load_tokenizer(tokenizer_dir)  # a clear error now for a folder without tokenizer.json
+        elif not (tokenizer_dir / "tokenizer.json").is_file():  # else a resume: the run's own tokenizer
+            bpe = train_joint_bpe(_texts(corpus[config.train_split]), vocab_size=config.vocab_size, show_progress=progress)
+            save_folder_atomically(tokenizer_dir, lambda folder: save_tokenizer(bpe, folder))
         tokenizer = load_tokenizer(tokenizer_dir)
+        folders = {}
+        for split in needed:
+            identity = corpus[split].identity if split in corpus else f"{config.dataset_name}:{split}:absent"
+            folder = prepared_split_folder(identity, tokenizer_dir / "tokenizer.json", config.max_length)
+            if is_prepared(folder) is None:
+                if split in corpus:
+                    prepare_split(corpus[split](), tokenizer, config.max_length, folder, progress=progress)
+                else:
+                    mark_absent(folder)
+            if is_prepared(folder):
+                folders[split] = str(folder)
+        return {"folders": folders}
 
-    splits, dropped = {}, {}
-    for name in {config.train_split, config.validation_split, config.test_split} - {None}:
-        if name not in corpus:
-            continue
-        tokenized, n_dropped = tokenize_corpus(corpus[name], tokenizer, max_length=config.max_length)
-        splits[name] = _Split(tokenized["input_ids"], tokenized["labels"], tokenized["source"], tokenized["target"])
-        dropped[name] = n_dropped
-    return tokenizer, splits, dropped
+    plan = agree(accelerator, on_main_process(accelerator, "preparing the corpus", prepare))
+    tokenizer = load_tokenizer(tokenizer_dir)
+    splits = {name: load_prepared_split(Path(folder)) for name, folder in plan["folders"].items()}
+    return tokenizer, splits, {name: split.dropped for name, split in splits.items()}
 
 
-def _load_corpus(config: TrainConfig) -> dict:
+class _Split:
+    """A split's pairs, read anew on each call (see :class:`~vanilla_transformer.data.PairReader`), and its
+    ``identity``: what a prepared copy of it is keyed by (its files' bytes, or a Hub dataset's fingerprint)."""
+
+    def __init__(self, read, identity: str):
+        self.read, self.identity = read, identity
+
+    def __call__(self):
+        return self.read()
+
+
+def _corpus_readers(config: TrainConfig) -> dict[str, _Split]:
     """The splits of ``dataset_name``, or of ``train_file`` alone; ``validation_file`` and ``test_file`` replace
-    (or add) the validation and test splits."""
+    (or add) the validation and test splits. Local files are streamed (only file names are checked here); a Hub
+    dataset is loaded through ``datasets``, whose Arrow files are memory-mapped."""
     langs = (config.source_lang, config.target_lang)
+
+    def splits_of(source: str, split: str | None = None) -> dict[str, _Split]:
+        readers = local_corpus_readers(source, *langs, split=split)
+        if readers is not None:
+            return {name: _Split(reader, json.dumps([file_digest(reader.files), name, *langs])) for name, reader in readers.items()}
+        loaded = load_parallel_corpus(source, *langs, split=split, hub_config=config.dataset_config_name)
+        loaded = {split: loaded} if split is not None else dict(loaded)
+        return {name: _Split(lambda ds=ds: _dataset_pairs(ds), json.dumps([ds._fingerprint, *langs])) for name, ds in loaded.items()}
+
     if config.train_file is not None:
-        corpus = {config.train_split: load_parallel_corpus(config.train_file, *langs, split=config.train_split)}
+        corpus = splits_of(config.train_file, config.train_split)
     else:
-        corpus = dict(load_parallel_corpus(config.dataset_name, *langs, hub_config=config.dataset_config_name))
+        corpus = splits_of(config.dataset_name)
     for split, path in ((config.validation_split, config.validation_file), (config.test_split, config.test_file)):
         if path is not None and split is not None:
-            corpus[split] = load_parallel_corpus(path, *langs, split=split)
+            corpus.update(splits_of(path, split))
     return corpus
 
 
-def _target_tokens(split: _Split, indices: list[int]) -> int:
-    return sum(len(split.labels[i]) for i in indices)
+def _dataset_pairs(dataset, batch_size: int = 10_000):
+    for batch in dataset.iter(batch_size=batch_size):
+        yield from zip(batch["source"], batch["target"], strict=True)
+
+
+def _texts(split: _Split):
+    """Both sides of every pair, as the BPE trainer reads them."""
+    for source, target in split():
+        yield source
+        yield target
+
+
+def _target_tokens(split: PreparedSplit, indices: list[int]) -> int:
+    return int(split.labels.lengths[indices].sum())
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,13 +171,13 @@ def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditi
     return model
 
 
-def _validation_loss(model, split: _Split, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
+def _validation_loss(model, split: PreparedSplit, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
     result = perplexity(model, split.input_ids, split.labels, pad_token_id=pad_token_id, max_tokens=config.max_tokens,
                         label_smoothing=config.label_smoothing_factor, accelerator=accelerator)  # fmt: skip
     return {"valid_loss": result["loss"], "valid_nll": result["nll"], "valid_ppl": result["ppl"]}
 
 
-def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accelerator) -> dict:
+def _validation_bleu(model, tokenizer, split: PreparedSplit, config: TrainConfig, accelerator) -> dict:
     n = min(config.eval_bleu_sentences, len(split.sources))
     if n == 0 or not accelerator.is_main_process:
         return {}
@@ -149,7 +189,7 @@ def _validation_bleu(model, tokenizer, split: _Split, config: TrainConfig, accel
     return {"valid_bleu": result["bleu"], "valid_chrf": result["chrf"], "example": hypotheses[0]}
 
 
-def _attention_pictures(model, tokenizer, split: _Split, config: TrainConfig, accelerator, folder: Path) -> None:
+def _attention_pictures(model, tokenizer, split: PreparedSplit, config: TrainConfig, accelerator, folder: Path) -> None:
     """Main process, at an evaluation: the attention maps (last layer, every head) of validation pair
     ``config.attention_pictures``, its reference translation read by the decoder as in training, so
     that the pictures of successive evaluations are comparable."""
@@ -200,6 +240,7 @@ def train(config: TrainConfig) -> dict:
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, whatever the process count
     )
+    _refuse_sharding(accelerator)
     log = accelerator.print
     log(f"{accelerator.num_processes} process(es) on {accelerator.device}, mixed precision {config.mixed_precision}")
     if accelerator.is_main_process:
@@ -225,7 +266,7 @@ def train(config: TrainConfig) -> dict:
                              f"{len(valid_split.sources)} pairs (valid: 0..{len(valid_split.sources) - 1}).")  # fmt: skip
     for name, n in dropped.items():
         log(f"{name}: {len(splits[name].input_ids):,} pairs kept, {n:,} dropped (empty or > {config.max_length} tokens)")
-    if not train_split.input_ids:
+    if not len(train_split.input_ids):
         raise ValueError("No training pairs left after filtering; check the corpus and max_length.")
 
     model = _build_model(config, tokenizer)
@@ -244,7 +285,8 @@ def train(config: TrainConfig) -> dict:
     # Batches: bucketed by length, shuffled per epoch, sharded over processes. Not passed to
     # accelerator.prepare: the sampler shards itself, and its order depends only on (seed, epoch).
     sampler = TokenBucketBatchSampler(
-        list(zip(map(len, train_split.input_ids), map(len, train_split.labels))),
+        train_split.input_ids.lengths,
+        tgt_lengths=train_split.labels.lengths,
         max_tokens=config.max_tokens,
         seed=config.seed,
         num_replicas=accelerator.num_processes,
@@ -455,6 +497,27 @@ def resolve_mixed_precision(mixed_precision: str, cpu: bool) -> str:
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
     units = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu's (private) feature probes
     return "bf16" if any(getattr(torch.cpu, probe, lambda: False)() for probe in units) else "no"
+
+
+def _refuse_sharding(accelerator) -> None:
+    """FSDP is refused by name rather than run half-way (docs/training.md says why).
+
+    On CPUs Accelerate (1.16) turns FSDP on only for accelerator devices and otherwise runs plain DDP, without a
+    word; on GPUs the checkpoints this loop saves, averages and resumes are ``save_state``'s unsharded files.
+    """
+    asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
+    if asked or accelerator.distributed_type.value == "FSDP":
+        where = (
+            "Accelerate runs FSDP only on GPUs and other accelerators; on CPU processes it would silently fall back to DDP"
+            if accelerator.device.type == "cpu"
+            else "this training loop does not save, average or resume FSDP's sharded checkpoints yet"
+        )
+        raise ValueError(
+            f"The launcher asks for FSDP, but {where}. Launch with a data-parallel config instead "
+            f"(configs/accelerate/8gpu.yaml, or torchrun on CPUs). Sharding buys little at this model's size: the big "
+            f"preset's 213M parameters, their gradients and Adam's moments take about 3.4 GB, which DDP keeps whole on "
+            f"each GPU."
+        )
 
 
 def _has_accelerator() -> bool:
