@@ -197,6 +197,31 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
     assert json.loads((tmp_path / "results" / "deployment.json").read_text())["speed"] == results["speed"]
 
 
+def test_ctranslate2_batching_benchmark_compares_the_mixed_batches_with_the_exact_path(tmp_path):
+    """benchmarks/ctranslate2_batching.py on an untrained model whose outputs all run into their limits: every
+    sentence is decoded twice and so matches the exact path, and the report says so."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    import ctranslate2_batching  # benchmarks/ctranslate2_batching.py
+    from conftest import tiny_model
+
+    from vanilla_transformer.tokenization import train_joint_bpe
+
+    sources = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein langes Buch im Park.", "Kinder."]
+    tokenizer = train_joint_bpe(sources, vocab_size=300, min_frequency=1)
+    model = tiny_model(vocab_size=len(tokenizer))
+    model.generation_config.source_length_offset = 3  # an untrained model rarely stops
+    model.save_pretrained(tmp_path / "model"), tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "sources.de").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    report = ctranslate2_batching.main(["--model", str(tmp_path / "model"), "--sources", str(tmp_path / "sources.de"),
+                                        "--name", "tiny", "--repeats", "1", "--threads", "1",
+                                        "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    for row in report["quantizations"].values():
+        assert row["sentences"] == 4 and row["identical"] == 4 and row["redecoded"] == 4 and row["differing"] == []
+        assert all(seconds > 0 for seconds in row["seconds"].values())
+    assert "| int8 | 4 | 4 (100.0 %) | 4 |" in (tmp_path / "results" / "ctranslate2-batching-tiny.md").read_text()
+    assert json.loads((tmp_path / "results" / "ctranslate2-batching-tiny.json").read_text()) == report
+
+
 @pytest.mark.slow
 def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_recorded_ones(corpus, tmp_path, monkeypatch, capsys):
     args = ["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--output", str(tmp_path / "out"),

@@ -1,0 +1,164 @@
+"""CTranslate2 beam batches across source lengths, against the one-limit batches they replaced and the engine itself.
+
+    python benchmarks/ctranslate2_batching.py --model outputs/tatoeba_en_de/final --sources data/tatoeba_en_de/test.en.gz
+    python benchmarks/ctranslate2_batching.py --model outputs/multi30k-de-en-15min/final \\
+        --sources ../shared/data/multi30k/test_2016_flickr.de --name multi30k-de-en
+
+The model is exported once per quantization (int8 and float32). Every sentence of ``--sources`` is translated
+with beam 4, α 0.6 and the paper's per-sentence limit (source length + 50) three ways, in batches of 32:
+
+* ``exact``: ``CTranslate2Translator.translate_ids(..., group_by_limit=True)``: only sentences of one limit
+  share a beam batch, so each search runs with its own limit (the path before batches were mixed);
+* ``package``: ``translate_ids`` as it is called by default: beam batches of similar source length whatever
+  their limits, and a second decoding for the sentences that came near their own limit;
+* ``translate_batch``: ``ctranslate2.Translator.translate_batch`` called directly on the same batches, each with
+  the batch's longest limit (no per-sentence limit at all): the engine's own speed, the bar for ``package``.
+
+Reported: the share of sentences whose tokens equal the exact path's (and which ones differ), the sentences
+decoded twice, and each way's time (median of ``--repeats`` runs taken in turn). Writes
+``benchmarks/results/ctranslate2-batching-NAME.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
+
+BEAMS, ALPHA, BATCH = 4, 0.6, 32
+
+
+def read_sources(path: Path, n: int | None) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\r\n") for line in f]
+    return lines if n is None else lines[:n]
+
+
+def direct_run(translator: CTranslate2Translator, texts: list[str]):
+    """``translate_batch`` on the package's batches (similar source lengths, longest first), each with its
+    batch's longest limit: what the engine costs with no per-sentence limit."""
+    tokenizer = translator.tokenizer
+    encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
+    offset = int(translator.generation_config.source_length_offset)
+    order = sorted(range(len(texts)), key=lambda i: (-len(encoded[i]), i))
+    batches = [order[k : k + BATCH] for k in range(0, len(order), BATCH)]
+
+    def run() -> None:
+        for batch in batches:
+            translator.translator.translate_batch(
+                [tokens[i] for i in batch], beam_size=BEAMS, length_penalty=ALPHA, min_decoding_length=0,
+                max_decoding_length=max(len(encoded[i]) for i in batch) + offset - 1, max_input_length=0,
+                return_end_token=True, max_batch_size=0,
+            )  # fmt: skip
+
+    return run
+
+
+def measure(translator: CTranslate2Translator, texts: list[str], repeats: int) -> dict:
+    def package() -> list[list[int]]:
+        return translator.translate_ids(texts, batch_size=BATCH, num_beams=BEAMS, length_penalty=ALPHA)
+
+    def exact() -> list[list[int]]:
+        return translator.translate_ids(texts, batch_size=BATCH, num_beams=BEAMS, length_penalty=ALPHA, group_by_limit=True)
+
+    reference, mixed = exact(), package()
+    redecoded = translator.redecoded
+    differing = [i for i, (a, b) in enumerate(zip(reference, mixed)) if a != b]
+    runs = {"exact": exact, "package": package, "translate_batch": direct_run(translator, texts)}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):  # in turn: a drift of the machine touches each way alike
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - start)
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    decode = translator.tokenizer.batch_decode
+    return {
+        "sentences": len(texts),
+        "identical": len(texts) - len(differing),
+        "identical_share": (len(texts) - len(differing)) / len(texts),
+        "redecoded": redecoded,
+        "differing": [{"index": i, "source": texts[i], "exact": decode([reference[i]], skip_special_tokens=True)[0],
+                       "package": decode([mixed[i]], skip_special_tokens=True)[0]} for i in differing],  # fmt: skip
+        "seconds": median,
+        "package_vs_translate_batch": median["package"] / median["translate_batch"],
+        "exact_vs_package": median["exact"] / median["package"],
+    }
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"`{report['command']}`", "",
+        f"{report['machine']}; {report['threads']} threads; CTranslate2 {report['ctranslate2']}; beam {BEAMS}, α {ALPHA}, "
+        f"batches of {BATCH}, per-sentence limit source length + 50.", "",
+        "| quantization | sentences | identical to the exact path | decoded twice | exact s | package s | "
+        "translate_batch s | package / translate_batch | exact / package |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for name, row in report["quantizations"].items():
+        s = row["seconds"]
+        lines.append(
+            f"| {name} | {row['sentences']} | {row['identical']} ({100 * row['identical_share']:.1f} %) | {row['redecoded']} "
+            f"| {s['exact']:.2f} | {s['package']:.2f} | {s['translate_batch']:.2f} | {row['package_vs_translate_batch']:.2f}× "
+            f"| {row['exact_vs_package']:.2f}× |"
+        )
+    for name, row in report["quantizations"].items():
+        for d in row["differing"]:
+            lines += ["", f"{name}, sentence {d['index']}: {d['source']!r}", f"- exact: {d['exact']!r}", f"- package: {d['package']!r}"]
+    return "\n".join(lines) + "\n"
+
+
+def _cpu() -> str:
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="a saved model folder (RUN/final)")
+    parser.add_argument("--sources", type=Path, required=True, help="source sentences, one a line (.gz read too)")
+    parser.add_argument("--name", default=None, help="the results' name (default: the model folder's parent)")
+    parser.add_argument("--sentences", type=int, default=None, help="only the first N sentences")
+    parser.add_argument("--quantizations", nargs="+", default=["int8", "float32"])
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    import ctranslate2
+
+    texts = read_sources(args.sources, args.sentences)
+    name = args.name or args.model.resolve().parent.name
+    shown = [a if not a.startswith("/") else Path(a).name for a in (argv if argv is not None else sys.argv[1:])]
+    report = {"command": "python benchmarks/ctranslate2_batching.py " + " ".join(shown), "machine": _cpu(),
+              "threads": args.threads, "ctranslate2": ctranslate2.__version__, "quantizations": {}}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for quantization in args.quantizations:
+            folder = export_ctranslate2(args.model, Path(tmp) / quantization, quantization=quantization)
+            row = measure(CTranslate2Translator(folder, threads=args.threads), texts, args.repeats)
+            report["quantizations"][quantization] = row
+            print(f"{quantization}: {row['identical']}/{row['sentences']} identical, {row['redecoded']} decoded twice, "
+                  f"package {row['package_vs_translate_batch']:.2f}× translate_batch's time, exact {row['exact_vs_package']:.2f}× package's")  # fmt: skip
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.results_dir / f"ctranslate2-batching-{name}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    main()
