@@ -46,7 +46,8 @@ def _read(path: Path, n: int | None = None) -> list[str]:
 # --------------------------------------------------------------------------------------------
 def marian_with_weights_of(model):
     """A ``MarianMTModel`` of ``model``'s sizes holding its weights (Marian names its modules as we do, except our
-    FFN's ``ffn.`` prefix) and the paper's interleaved position table in place of Marian's sines-then-cosines."""
+    FFN's ``ffn.`` prefix) and the paper's interleaved position table in place of Marian's sines-then-cosines.
+    Marian's attention projections always have biases: for a model without them (the paper's), they are zero."""
     from transformers import MarianConfig, MarianMTModel
 
     from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding
@@ -65,6 +66,9 @@ def marian_with_weights_of(model):
     table = sinusoidal_position_encoding(torch.arange(config.max_position_embeddings), c.d_model)
     state["model.encoder.embed_positions.weight"] = table
     state["model.decoder.embed_positions.weight"] = table
+    for name, value in marian.state_dict().items():
+        if "_proj.bias" in name and name not in state:  # attention_bias=False: the same function with zero biases
+            state[name] = torch.zeros_like(value)
     missing, unexpected = marian.load_state_dict(state, strict=False)
     assert set(missing) <= {"final_logits_bias", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}, missing
     assert not unexpected, unexpected

@@ -255,11 +255,13 @@ def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_
     assert one_head["settings"]["encoder_attention_heads"] == 1 and one_head["params"] == base["params"]
     d_model, vocab = base["settings"]["d_model"], table3.SMOKE["vocab_size"]
     assert untied["params"] - base["params"] == 2 * vocab * d_model
-    # d_k = d_v = d_model / h / 4: each of the 3N attention modules has Q, K, V, O (and biases) of width h*d_k
+    # d_k = d_v = d_model / h / 4: each of the 3N attention modules has Q, K, V, O (and, if asked, Q, K, V biases)
+    # of width h*d_k
     small_heads, layers = runs["B-dk16", 0], base["settings"]["encoder_layers"]
     width = small_heads["settings"]["head_dim"] * small_heads["settings"]["encoder_attention_heads"]
+    biases = 3 * int(base["settings"].get("attention_bias", False))
     assert width == d_model // 4
-    assert base["params"] - small_heads["params"] == 3 * layers * (d_model - width) * (4 * d_model + 3)
+    assert base["params"] - small_heads["params"] == 3 * layers * (d_model - width) * (4 * d_model + biases)
     table = (tmp_path / "out" / "table3.md").read_text()
     assert all(f"| {key} |" in table for key in ("base", "A-h1", "B-dk16", "X-untied", "X-averaged"))
     assert (tmp_path / "out" / "table3.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

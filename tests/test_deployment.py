@@ -92,15 +92,19 @@ def test_the_export_computes_the_models_log_probabilities(trained, tokenizer, ex
     "flags",
     [{"norm_first": True}, {"position_embedding_type": "learned"}, {"scale_embedding": False},
      {"tie_word_embeddings": False}, {"encoder_layers": 1, "decoder_attention_heads": 2, "layer_norm_eps": 1e-3},
-     {"head_dim": 4}, {"head_dim": 16}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12}],
+     {"head_dim": 4}, {"head_dim": 16}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12},
+     {"attention_bias": True}],
     ids=["pre-LN", "learned positions", "no embedding scale", "untied embeddings", "uneven sizes",
-         "4 heads of 4", "4 heads of 16", "3 and 5 heads of 12"],
+         "4 heads of 4", "4 heads of 16", "3 and 5 heads of 12", "attention biases"],
 )  # fmt: skip
 def test_every_configuration_flag_exports_exactly(flags, tokenizer, tmp_path):
     model = tiny_model(seed=1, vocab_size=len(tokenizer), **flags)
     torch.nn.init.normal_(model.lm_head.weight, std=0.3)  # untied: differs from the embedding (tied: the same tensor)
     for norm in (m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)):
         torch.nn.init.normal_(norm.weight, 1.0, 0.2), torch.nn.init.normal_(norm.bias, 0.0, 0.2)
+    for name, linear in model.named_modules():  # attention biases start at zero: make them count
+        if name.endswith("_proj") and linear.bias is not None:
+            torch.nn.init.normal_(linear.bias, 0.0, 0.2)
     engine = CTranslate2Translator(export_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "export"))
     source, target = "Ich habe Hunger.", "I am hungry."
     result = engine.translator.score_batch(

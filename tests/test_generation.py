@@ -66,11 +66,21 @@ def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch,
 
 
 
-@pytest.mark.parametrize("head_dim", [4, 12])
-def test_in_place_beam_search_with_head_dim_gives_transformers_tokens_and_groups_the_beams(monkeypatch, head_dim):
-    """Heads of head_dim (3 and 5 of them: h·d_k ≠ d_model) through the in-place loop, whose attention hook gives the
-    decoder one encoder row per sentence: transformers' tokens, and the logits of repeated encoder rows."""
-    model = tiny_model(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=head_dim)
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=4),
+     dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12), dict(attention_bias=True)],
+    ids=["3 and 5 heads of 4", "3 and 5 heads of 12", "attention biases"],
+)  # fmt: skip
+def test_in_place_beam_search_with_other_attention_shapes_gives_transformers_tokens_and_groups_the_beams(monkeypatch, overrides):
+    """Heads of head_dim (3 and 5 of them: h·d_k ≠ d_model), and projections with biases, through the in-place loop,
+    whose attention hook gives the decoder one encoder row per sentence: transformers' tokens, and the logits of
+    repeated encoder rows."""
+    model = tiny_model(**overrides)
+    with torch.no_grad():
+        for name, linear in model.named_modules():  # attention biases start at zero: make them count
+            if name.endswith("_proj") and linear.bias is not None:
+                torch.nn.init.normal_(linear.bias, 0.0, 0.3)
     with torch.no_grad():  # make </s> likely enough that some hypotheses end early and others do not
         direction = torch.randn(32, generator=torch.Generator().manual_seed(1))
         model.model.decoder.layers[-1].final_layer_norm.bias.copy_(0.3 * direction)

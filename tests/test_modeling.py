@@ -1,7 +1,9 @@
 """Equivalence and behaviour tests of the model (tiny configurations, CPU)."""
 
 import copy
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -351,9 +353,11 @@ def count_parameters(config: VanillaTransformerConfig) -> int:
 
 @pytest.mark.parametrize("preset, paper_millions", [("base", 65), ("big", 213)])
 def test_preset_parameter_counts_match_the_paper(preset, paper_millions):
+    """Within 3.5 % of Table 3's 65M and 213M (base: 63,045,632, big: 214,171,648 with 37,000 tokens); the paper
+    does not say how it counted (its vocabulary size is approximate, and it may count shared matrices per use)."""
     count = count_parameters(getattr(VanillaTransformerConfig, preset)(vocab_size=37000))
     print(f"{preset}: {count:,} parameters (paper: {paper_millions}M)")
-    assert abs(count / (paper_millions * 1e6) - 1) < 0.03
+    assert abs(count / (paper_millions * 1e6) - 1) < 0.035
 
 
 # ------------------------------------------------------------------ head size d_k = d_v apart from d_model / h (config.head_dim)
@@ -364,12 +368,13 @@ HEAD_DIM_IDS = ["4 heads of 4", "4 heads of 16", "3 and 5 heads of 12"]
 
 def formula_parameter_count(c: VanillaTransformerConfig) -> int:
     """Parameters by the formula: the shared embedding (V × d_model), then per layer each attention's
-    W^Q, W^K, W^V (d_model × h·d_k, with biases), W^O (h·d_k × d_model, with bias), the FFN and the LayerNorms."""
-    d = c.d_model
+    W^Q, W^K, W^V (d_model × h·d_k) and W^O (h·d_k × d_model), with biases only if ``attention_bias``, the FFN
+    and the LayerNorms."""
+    d, biased = c.d_model, int(c.attention_bias)
 
     def attention(heads: int) -> int:
         width = heads * (c.head_dim or d // heads)
-        return 3 * (d * width + width) + width * d + d
+        return 3 * (d * width + biased * width) + width * d + biased * d
 
     def ffn(d_ff: int) -> int:
         return d * d_ff + d_ff + d_ff * d + d
@@ -392,6 +397,79 @@ def test_without_head_dim_the_model_is_the_papers_with_d_k_d_model_over_h():
     src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
     assert torch.equal(default(input_ids=src, decoder_input_ids=tgt).logits, explicit(input_ids=src, decoder_input_ids=tgt).logits)
     assert count_parameters(VanillaTransformerConfig.base()) == formula_parameter_count(VanillaTransformerConfig.base())
+
+
+# ------------------------------------------------------------------ §3.2.2 the projections: matrices, biases only when asked
+# flex attention: torch 2.13's CPU kernel is exact from head size 32 on (it was not for 8 and 16: see the model's check)
+FLEX = dict(d_model=64, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128)
+
+
+def test_multi_head_attention_is_the_papers_equations_without_biases():
+    """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V): no bias
+    anywhere in the attention, computed here head by head from the module's matrices, for encoder–decoder attention
+    (queries from the decoder, keys and values from the encoder)."""
+    model = tiny_model()
+    assert not model.config.attention_bias
+    assert not [name for name, _ in model.named_parameters() if "_proj.bias" in name]
+    attention = model.model.decoder.layers[0].encoder_attn
+    queries, memory = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
+    heads = []
+    for i in range(4):  # W_i^Q, W_i^K, W_i^V: rows i·d_k … (i+1)·d_k of each stored matrix
+        rows = slice(8 * i, 8 * (i + 1))
+        q = queries @ attention.q_proj.weight[rows].T
+        k, v = memory @ attention.k_proj.weight[rows].T, memory @ attention.v_proj.weight[rows].T
+        heads.append(torch.softmax(q @ k.transpose(1, 2) / math.sqrt(8), dim=-1) @ v)
+    by_hand = torch.cat(heads, dim=-1) @ attention.out_proj.weight.T
+    with torch.no_grad():
+        output, _ = attention(queries, key_value_states=memory)
+    torch.testing.assert_close(output, by_hand, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_bias_gives_every_projection_a_bias_that_every_backend_uses():
+    """``attention_bias=True`` (Marian's and fairseq's projections): Q, K, V and O each get a bias, the count grows by
+    them, and eager, sdpa and flex attention all compute with them (the Q, V and O biases change the output; a K bias
+    adds the same amount to all of a query's scores, which softmax ignores)."""
+    plain, biased = tiny_model(**FLEX), tiny_model(**FLEX, attention_bias=True)
+    assert sum(p.numel() for p in biased.parameters()) == formula_parameter_count(biased.config)
+    assert formula_parameter_count(biased.config) - formula_parameter_count(plain.config) == (2 + 2 * 2) * 4 * 64  # 6 attentions, 4 biases of 64
+    with torch.no_grad():
+        for name, linear in biased.named_modules():
+            if name.endswith("_proj"):
+                torch.nn.init.normal_(linear.bias, 0.0, 0.5)
+    src, tgt = random_ids(2, 7), random_ids(2, 6, seed=1)
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    logits = {}
+    with torch.no_grad():
+        for attn in ("eager", "sdpa", "flex_attention"):
+            biased.set_attn_implementation(attn)
+            logits[attn] = biased(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(logits["sdpa"], logits["eager"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logits["flex_attention"], logits["eager"], atol=1e-5, rtol=1e-5)
+        biased.set_attn_implementation("eager")
+        attention = biased.model.decoder.layers[0].encoder_attn
+        queries, memory = torch.randn(2, 3, 64), torch.randn(2, 5, 64)
+        before = attention(queries, key_value_states=memory)[0]
+        for proj, changes in (("k_proj", False), ("q_proj", True), ("v_proj", True), ("out_proj", True)):
+            getattr(attention, proj).bias.add_(1.0)
+            after = attention(queries, key_value_states=memory)[0]
+            assert torch.allclose(after, before, atol=1e-5) != changes, proj
+            before = after
+
+
+def test_a_checkpoint_saved_before_attention_bias_existed_loads_with_its_biases_and_outputs():
+    """A folder saved by the package when every attention projection had a bias (its config.json has no
+    ``attention_bias``): it loads with the biases, gives the logits and beams it gave then, and saves the flag."""
+    folder = Path(__file__).parent / "fixtures" / "saved-with-attention-biases"
+    assert "attention_bias" not in json.loads((folder / "config.json").read_text())
+    expected = json.loads((folder / "expected.json").read_text())
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder).eval()
+    assert model.config.attention_bias and model.model.encoder.layers[0].self_attn.q_proj.bias.abs().sum() > 0
+    src, tgt = torch.tensor(expected["input_ids"]), torch.tensor(expected["decoder_input_ids"])
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=src, decoder_input_ids=tgt).logits, torch.tensor(expected["logits"]))
+        assert model.generate(src, num_beams=2, max_new_tokens=6).tolist() == expected["generated"]
+    assert VanillaTransformerConfig.from_dict(model.config.to_dict()).attention_bias  # re-saved, it says so
+    assert not VanillaTransformerConfig.from_dict({**model.config.to_dict(), "attention_bias": False}).attention_bias
 
 
 @pytest.mark.parametrize("overrides", HEAD_DIMS, ids=HEAD_DIM_IDS)
@@ -574,8 +652,6 @@ def test_return_dict_false_returns_the_outputs_tuple(head, extra):
     assert type(base(**kwargs)) is tuple
 
 
-# flex attention: torch 2.13's CPU kernel is exact from head size 32 on (it was not for 8 and 16: see the model's check)
-FLEX = dict(d_model=64, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128)
 
 
 def test_flex_attention_gives_eager_outputs_and_tokens_with_and_without_cache():

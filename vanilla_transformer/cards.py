@@ -85,11 +85,13 @@ def architecture_table(model_config: Any) -> str:
     papers = {model_config.d_model // model_config.encoder_attention_heads, model_config.d_model // model_config.decoder_attention_heads}
     differs = head_dim is not None and {head_dim} != papers
     head_size = f"| head size d_k = d_v | {head_dim} (set with head_dim; the paper's is d_model / heads) |\n" if differs else ""
+    biases = "| attention projections | with biases (attention_bias; deviation) |\n" if getattr(model_config, "attention_bias", False) else ""
     return (
         f"| d_model | {model_config.d_model} |\n"
         f"| layers (encoder + decoder) | {model_config.encoder_layers} + {model_config.decoder_layers} |\n"
         f"| attention heads (encoder / decoder) | {model_config.encoder_attention_heads} / {model_config.decoder_attention_heads} |\n"
         f"{head_size}"
+        f"{biases}"
         f"| d_ff (encoder / decoder) | {model_config.encoder_ffn_dim} / {model_config.decoder_ffn_dim} |\n"
         f"| dropout P_drop (residual, embeddings) | {model_config.dropout} |\n"
         f"| attention / activation dropout | {model_config.attention_dropout} / {model_config.activation_dropout} |\n"

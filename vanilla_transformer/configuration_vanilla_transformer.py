@@ -12,6 +12,10 @@ gives the *big* model. Anything that departs from the paper is a flag that is of
   variant) instead of the sinusoids of §3.5.
 * ``attention_dropout`` / ``activation_dropout``: dropout on attention weights / inside the FFN,
   which the paper does not use (0 by default).
+* ``attention_bias=True``: biases on the attention projections W^Q, W^K, W^V and W^O, as Marian and
+  fairseq have them. The paper's equations (§3.2.2) and tensor2tensor, its reference code, have none.
+  A ``config.json`` saved before this field existed says nothing of it; its model had the biases, so
+  loading it sets ``attention_bias=True`` (see ``from_dict``).
 
 One more switch is not a deviation but a variation in the manner of the paper's Table 3:
 
@@ -44,6 +48,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         dropout: P_drop, applied to each sub-layer output and to embeddings + positions (§5.4, 0.1).
         attention_dropout: dropout on attention probabilities (not in the paper; 0).
         activation_dropout: dropout after the FFN's ReLU (not in the paper; 0).
+        attention_bias: biases on the attention projections W^Q, W^K, W^V, W^O (not in the paper's equations
+            of §3.2.2 nor in tensor2tensor; Marian and fairseq have them). ``False`` by default.
         max_position_embeddings: rows of the precomputed sinusoid table, or of the learned table
             when ``position_embedding_type="learned"``. Sinusoids are computed for any position, so
             longer inputs still work with the default; learned positions cannot go past it.
@@ -78,6 +84,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
+    attention_bias: bool = False
     max_position_embeddings: int = 1024
     layer_norm_eps: float = 1e-5
     init_std: float | None = None
@@ -98,6 +105,15 @@ class VanillaTransformerConfig(PreTrainedConfig):
         self._check_values()
         if self.head_dim is None and self.encoder_attention_heads == self.decoder_attention_heads:
             self.head_dim = self.d_model // self.encoder_attention_heads  # d_model / h, held as the number
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "VanillaTransformerConfig":
+        """``PreTrainedConfig.from_dict``, except that a saved config (it names its ``transformers_version``)
+        without ``attention_bias`` comes from before that field existed, when every attention projection had a
+        bias: it loads with ``attention_bias=True``, so that its checkpoint's biases are used, not dropped."""
+        if "transformers_version" in config_dict and "attention_bias" not in config_dict:
+            config_dict = {**config_dict, "attention_bias": True}
+        return super().from_dict(config_dict, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs) -> "VanillaTransformerConfig":

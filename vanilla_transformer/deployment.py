@@ -92,6 +92,7 @@ _EXPORTED_FIELDS = {
     "scale_embedding": "scale_embeddings (√d_model or 1)",
     "tie_word_embeddings": "each embedding and the output layer are exported as they are (shared ones aliased)",
     "norm_first": "pre_norm, with the final LayerNorm of each stack",
+    "attention_bias": "the attention layers' biases, written when the model has them (CTranslate2's are optional)",
     "position_embedding_type": "position_encodings.encodings: the sinusoid table or the learned one",
     "pad_token_id": "lengths instead of padding",
     "bos_token_id": "TransformerConfig(bos_token)",
@@ -199,7 +200,8 @@ class VanillaTransformerConverter(Converter):
         """One linear layer, or several fused into one (their outputs stacked): CTranslate2 computes Q, K, V
         of self-attention in one matrix product, and K, V of encoder–decoder attention in another."""
         spec.weight = np.concatenate([_array(linear.weight) for linear in linears])
-        spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
+        if linears[0].bias is not None:  # bias-free attention (the paper's) leaves CTranslate2's optional bias unset
+            spec.bias = np.concatenate([_array(linear.bias) for linear in linears])
 
     def _set_attention(self, spec, attention, norm, self_attention: bool) -> None:
         """One attention sublayer. CTranslate2 fuses the input projections that read the same input: Q, K and V

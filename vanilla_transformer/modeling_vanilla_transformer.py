@@ -176,8 +176,9 @@ class VanillaTransformerAttention(nn.Module):
 
     The h per-head projections W_i^Q, W_i^K, W_i^V (each d_model × d_k) are stored side by side as one
     ``d_model × h·d_k`` matrix each for Q, K, V, and W^O as one ``h·d_k × d_model`` matrix. With the
-    paper's d_k = d_v = d_model / h (``config.head_dim``) all four are ``d_model × d_model``. The
-    projections carry biases, as in Marian and fairseq.
+    paper's d_k = d_v = d_model / h (``config.head_dim``) all four are ``d_model × d_model``. As in the
+    paper's equations and tensor2tensor, they are matrices alone, without biases; ``config.attention_bias``
+    adds them, as Marian and fairseq have them.
     """
 
     def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool = False, layer_idx: int = 0):
@@ -191,10 +192,11 @@ class VanillaTransformerAttention(nn.Module):
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         heads_width = num_heads * self.head_dim  # h·d_k: d_model in the paper
-        self.q_proj = nn.Linear(config.d_model, heads_width)
-        self.k_proj = nn.Linear(config.d_model, heads_width)
-        self.v_proj = nn.Linear(config.d_model, heads_width)
-        self.out_proj = nn.Linear(heads_width, config.d_model)
+        bias = config.attention_bias  # the paper: none
+        self.q_proj = nn.Linear(config.d_model, heads_width, bias=bias)  # W^Q
+        self.k_proj = nn.Linear(config.d_model, heads_width, bias=bias)  # W^K
+        self.v_proj = nn.Linear(config.d_model, heads_width, bias=bias)  # W^V
+        self.out_proj = nn.Linear(heads_width, config.d_model, bias=bias)  # W^O
 
     def forward(
         self,
