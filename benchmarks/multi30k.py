@@ -45,6 +45,9 @@ RECIPE = {
     "lr_factor": 0.3,
     "eval_every": 1000,
     "save_every": 250,
+    # the paper's bias-free attention projections; rows whose recipe lacks this field were run before the field
+    # existed, with biases
+    "attention_bias": False,
 }
 
 
@@ -81,7 +84,7 @@ def train_config(direction: str, minutes: float, recipe: dict, mixed_precision: 
     src, tgt = direction.split("-")
     return TrainConfig(
         dataset_name=data, source_lang=src, target_lang=tgt, validation_split="validation", test_split="test_2016_flickr",
-        vocab_size=8000, config_overrides={**MODEL, "dropout": recipe["dropout"]},
+        vocab_size=8000, config_overrides={**MODEL, "dropout": recipe["dropout"], "attention_bias": recipe.get("attention_bias", True)},
         max_tokens=recipe["max_tokens_per_step"] // processes,
         warmup_steps=recipe["warmup_steps"], lr_factor=recipe["lr_factor"], max_steps=10**6, max_minutes=minutes,
         eval_steps=recipe["eval_every"], eval_bleu_sentences=100, save_steps=recipe["save_every"], save_total_limit=5,
@@ -158,13 +161,22 @@ def main() -> None:
         (out / f"{stem}.json").write_text(json.dumps({"environment": environment, "results": results}, indent=2) + "\n")
     if not main_process:
         return
-    lines = ["| direction | budget | steps | target tokens | sacreBLEU | chrF | signature |", "|---|---|---|---|---|---|---|"]
+    table = results_table(results)
+    (out / f"{stem}.md").write_text(table)
+    print(table)
+
+
+def results_table(results: list[dict]) -> str:
+    """The Markdown table of a results file's rows (rows without ``attention_bias`` in their recipe were run with
+    attention biases, before the field existed)."""
+    lines = ["| direction | budget | attention biases | steps | target tokens | sacreBLEU | chrF | run | signature |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in results:
-        t = r["test"]
-        lines.append(f"| {r['direction']} | {r['minutes']:g} min | {r['step']} | {r['target_tokens']:,} | "
-                     f"{t['bleu']:.2f} | {t['chrf']:.2f} | {t['bleu_signature'].replace('|', chr(92) + '|')} |")  # fmt: skip
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        t, biases = r["test"], r.get("recipe", {}).get("attention_bias", True)
+        lines.append(f"| {r['direction']} | {r['minutes']:g} min | {'yes' if biases else 'no'} | {r['step']} | {r['target_tokens']:,} | "
+                     f"{t['bleu']:.2f} | {t['chrf']:.2f} | {r.get('date', '?')}, {r.get('revision') or '?'} | "
+                     f"{t['bleu_signature'].replace('|', chr(92) + '|')} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

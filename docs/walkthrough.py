@@ -20,10 +20,18 @@
 # false, the cell would fail, and so would the test suite, which runs this notebook top to bottom
 # (`tests/test_walkthrough.py`).
 #
-# The path: positions (§3.5), attention (§3.2.1), heads (§3.2.2), masks (§3.2.3), the feed-forward network
-# (§3.3), residuals and layer norm (§3.1), shared embeddings (§3.4), the whole model and how it is saved and
-# loaded, then training (§5) and decoding (§6.1): two minutes of real training on the bundled English–German
-# corpus, ending with a translator and its attention maps.
+# **The model from the top (the paper's Figure 1).** An *encoder* reads the source sentence and writes one vector
+# of $d_{model}$ numbers per source token. A *decoder* writes the translation one token at a time: it reads the
+# tokens it has written so far (masked self-attention) and, through encoder–decoder attention, the encoder's
+# vectors. Each stack is $N = 6$ identical layers. An encoder layer is self-attention, then a position-wise
+# feed-forward network; a decoder layer puts encoder–decoder attention between the two; every sub-layer is
+# wrapped in a residual connection and a layer norm. Tokens enter as embeddings × $\sqrt{d_{model}}$ plus
+# sinusoidal positions; the decoder's output leaves through the same embedding matrix, transposed, and a softmax
+# over the vocabulary. The first cells trace one sentence through that picture; the sections then take it apart,
+# bottom up: positions (§3.5), attention (§3.2.1), heads (§3.2.2), masks (§3.2.3), the feed-forward network
+# (§3.3), residuals and layer norm (§3.1), shared embeddings (§3.4), the whole model and why self-attention (§4),
+# then training (§5) and decoding (§6.1): two minutes of real training on the bundled English–German corpus,
+# ending with a translator and its attention maps. Saving, loading and `trust_remote_code` are in the appendix.
 #
 # To run it yourself: `bash scripts/setup.sh` (or `pip install -e ".[dev]"`), then open this notebook with the
 # environment's Python. It runs in about two and a half minutes on 2 CPU cores; the source is
@@ -103,6 +111,27 @@ print(f"d_model {config.d_model}, heads {config.encoder_attention_heads}, d_ff {
       f"dropout {config.dropout}, {sum(p.numel() for p in model.parameters()):,} parameters")
 
 # %% [markdown]
+# **One sentence through Figure 1.** A source of 7 tokens and the 5 target tokens written so far go in; out come,
+# at each target position, scores for every token of the vocabulary that could come next. The shape at each stage
+# (batch, positions, width):
+
+# %%
+trace_g = torch.Generator().manual_seed(1)  # its own random numbers: the checks below keep theirs
+src_ids, tgt_ids = torch.randint(4, 1000, (1, 7), generator=trace_g), torch.randint(4, 1000, (1, 5), generator=trace_g)
+with torch.no_grad():
+    traced = model(input_ids=src_ids, decoder_input_ids=tgt_ids, output_hidden_states=True)
+stages = {"source token ids": src_ids, "encoder input: embeddings × √d_model + positions": traced.encoder_hidden_states[0]}
+stages |= {f"after encoder layer {i}": h for i, h in enumerate(traced.encoder_hidden_states[1:], 1)}
+stages |= {"target token ids so far": tgt_ids, "decoder input: embeddings × √d_model + positions": traced.decoder_hidden_states[0]}
+stages |= {f"after decoder layer {i} (reads the encoder output)": h for i, h in enumerate(traced.decoder_hidden_states[1:], 1)}
+stages |= {"logits: × the embedding matrix, transposed": traced.logits}
+for name, tensor in stages.items():
+    print(f"{name:52} {tuple(tensor.shape)}")
+shared_matrix = model.model.shared.weight
+torch.testing.assert_close(traced.logits, traced.decoder_hidden_states[-1] @ shared_matrix.T, atol=1e-4, rtol=1e-4)
+torch.testing.assert_close(traced.logits.softmax(-1).sum(-1), torch.ones(1, 5))  # a distribution per position
+
+# %% [markdown]
 # ## 1. Positions (§3.5)
 #
 # Attention by itself ignores order: permute the words and each word gets the same output. So the model adds
@@ -151,8 +180,11 @@ torch.testing.assert_close(moved, pe[k : k + 1000].double(), atol=1e-5, rtol=0)
 print(f"PE[pos + {k}] = PE[pos] · Mᵀ for pos = 0 … 999, with one fixed matrix M")
 
 # %% [markdown]
-# They also extend to lengths never seen: positions past the table are computed on the fly, while learned
-# position embeddings (Table 3, row E) stop at the table's end. A model whose table holds 16 positions reads 40:
+# The paper chose sinusoids because they "may allow the model to extrapolate to sequence lengths longer than the
+# ones encountered during training"; it did not test that, and neither does this cell. What it checks is the
+# mechanics: positions past the table are computed on the fly, so a model whose table holds 16 positions runs on
+# 40 and gives finite logits, while learned position embeddings (Table 3, row E) stop at the table's end.
+# Whether a model *translates* well past the lengths it was trained on is another question.
 
 # %%
 beyond = positions(seq_len=10, past_len=len(pe) - 5)  # positions 1019 … 1028: five in the table, five past it
@@ -265,6 +297,27 @@ assert n_params == 4 * config.d_model**2  # W^Q, W^K, W^V, W^O: four matrices, n
 print(f"{heads} heads of d_k = {d_k}: {n_params:,} parameters, as many as one head of width {config.d_model}")
 
 # %% [markdown]
+# **Encoder–decoder attention** (§3.2.3) is the same computation with the roles split: the queries come from the
+# decoder (here 4 target positions), the keys and values from the encoder's output (here 6 source positions).
+# Each target position gets a distribution over the *source* positions:
+
+# %%
+cross = model.model.decoder.layers[0].encoder_attn
+cross_g = torch.Generator().manual_seed(2)
+decoder_states, encoder_output = torch.randn(1, 4, config.d_model, generator=cross_g), torch.randn(1, 6, config.d_model, generator=cross_g)
+cross_output, cross_weights = cross(decoder_states, key_value_states=encoder_output)
+concat = []
+for i in range(heads):
+    rows = slice(i * d_k, (i + 1) * d_k)
+    q = decoder_states @ cross.q_proj.weight[rows].T  # Q from the decoder
+    k, v = encoder_output @ cross.k_proj.weight[rows].T, encoder_output @ cross.v_proj.weight[rows].T  # K, V from the encoder
+    p = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).softmax(-1)  # [1, 4 target, 6 source]
+    torch.testing.assert_close(cross_weights[0, i], p[0])
+    concat.append(p @ v)
+torch.testing.assert_close(cross_output, torch.cat(concat, dim=-1) @ cross.out_proj.weight.T, atol=1e-5, rtol=1e-5)
+print(f"encoder–decoder attention weights: {tuple(cross_weights.shape)} = (batch, heads, target positions, source positions)")
+
+# %% [markdown]
 # ## 4. Masks (§3.2.3)
 #
 # Attention is used three ways: encoder self-attention, decoder self-attention and encoder–decoder attention
@@ -372,8 +425,9 @@ for role, tensor in {
     print(f"{role:18} is model.model.shared.weight")
 
 # %% [markdown]
-# The embeddings are multiplied by $\sqrt{d_{model}}$. They are drawn from $N(0, d_{model}^{-1/2})$, so the
-# product has unit scale, like the positional signal it is added to (whose entries have mean square 1/2).
+# The embeddings are multiplied by $\sqrt{d_{model}}$. The paper gives no initialisation; the package draws them
+# with standard deviation $d_{model}^{-1/2}$ (variance $1/d_{model}$), as tensor2tensor and fairseq do, so that
+# the product has unit scale, like the positional signal it is added to (whose entries have mean square 1/2).
 # The input of the first encoder layer is exactly $\sqrt{d_{model}} \cdot E[x] + PE$:
 
 # %%
@@ -408,60 +462,55 @@ print(f"{'total':17} {total:>11,}   (the paper: 65M)")
 assert abs(total / 65e6 - 1) < 0.035
 
 # %% [markdown]
-# **Save and load.** `save_pretrained` writes the weights, `config.json`, `generation_config.json` (the paper's
-# decoding) and the model's own source files. `import vanilla_transformer` registered the model with
-# transformers' Auto classes, so `AutoModelForSeq2SeqLM` loads the folder like any other:
+# ## Why self-attention (§4, Table 1)
+#
+# The paper compares one layer of each kind over a sentence of $n$ positions of width $d$ (kernel width $k$ for
+# convolutions, neighbourhood $r$ for restricted attention):
+#
+# | layer type | complexity per layer | sequential operations | maximum path length |
+# |---|---|---|---|
+# | self-attention | $O(n^2 \cdot d)$ | $O(1)$ | $O(1)$ |
+# | recurrent | $O(n \cdot d^2)$ | $O(n)$ | $O(n)$ |
+# | convolutional | $O(k \cdot n \cdot d^2)$ | $O(1)$ | $O(\log_k n)$ |
+# | self-attention (restricted) | $O(r \cdot n \cdot d)$ | $O(1)$ | $O(n / r)$ |
+#
+# The path length is how many layers a signal crosses to get from one position to another. Measured: after *one*
+# encoder layer, the output at position 0 depends on every one of 20 input positions (its gradient reaches them
+# all), and the layer computes its $n \times n$ scores per head at once; a width-3 convolution reaches one
+# neighbour per side per layer, so it takes 19 layers to connect the two ends:
 
 # %%
-from transformers import AutoModelForSeq2SeqLM
+n = 20
+inputs = torch.randn(1, n, config.d_model, generator=torch.Generator().manual_seed(3), requires_grad=True)
+encoder_layer = model.model.encoder.layers[0]
+encoder_layer(inputs)[0, 0, 0].backward()  # one number of position 0's output (a layer norm's outputs sum to 0)
+assert (inputs.grad[0].abs().sum(-1) > 0).all()  # position 0 reads all 20 positions: path length 1
+pattern = encoder_layer.self_attn(inputs.detach(), output_attentions=True)[1]  # the attention weights
+assert pattern.shape == (1, heads, n, n)  # n² scores per head: the O(n²·d) of the first column
 
-folder = WORK / "walkthrough-model"
-model.save_pretrained(folder)
-print(sorted(path.name for path in folder.iterdir()))
-print("auto_map:", json.loads((folder / "config.json").read_text())["auto_map"])
-
-reloaded = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
-assert type(reloaded) is VanillaTransformerForConditionalGeneration
-assert reloaded.lm_head.weight is reloaded.model.shared.weight  # still one matrix after loading
-assert torch.equal(logits_for(source, target), reloaded(input_ids=source, decoder_input_ids=target).logits)
-print("reloaded: identical logits")
-
-# %% [markdown]
-# **Without the package: `trust_remote_code`.** `config.json` carries an `auto_map` (which class of which file
-# each Auto class should use), and the folder carries those files, which import only torch and transformers.
-# Where the package is *not* installed, `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`
-# imports the folder's own `modeling_vanilla_transformer.py` and builds the model from it; the flag is your
-# consent to run code that came with the weights (from the Hub, say). Where the package *is* imported, as here,
-# the registered class is used and the flag changes nothing. Without the package, `AutoTokenizer` needs the
-# flag too for such a folder, because it reads `config.json` first. The subprocess below hides the package and
-# loads the folder:
-
-# %%
-torch.save({"source": source, "target": target}, WORK / "inputs.pt")
-script = f"""
-import sys, torch
-sys.modules["vanilla_transformer"] = None  # the package cannot be imported: only transformers + the folder
-from transformers import AutoModelForSeq2SeqLM
-model = AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True, attn_implementation="eager").eval()
-inputs = torch.load({str(WORK / "inputs.pt")!r})
+conv = torch.nn.Conv1d(config.d_model, config.d_model, kernel_size=3, padding=1)
+signal, layers_needed = torch.zeros(1, config.d_model, n), 0
+signal[0, :, n - 1] = 1.0  # something at the last position; how many conv layers until position 0 sees it?
 with torch.no_grad():
-    logits = model(input_ids=inputs["source"], decoder_input_ids=inputs["target"]).logits
-torch.save({{"module": type(model).__module__, "logits": logits}}, {str(WORK / "remote.pt")!r})
-"""
-loaded = subprocess.run([sys.executable, "-c", script], env=os.environ.copy(), capture_output=True, text=True)
-assert loaded.returncode == 0, loaded.stderr[-2000:]
-remote = torch.load(WORK / "remote.pt")
-assert remote["module"].startswith("transformers_modules.")  # the folder's copy of the code ran
-assert torch.equal(remote["logits"], logits_for(source, target))
-print(f"without the package the class came from {remote['module'].split('.')[-1]}.py in the folder "
-      f"(module {remote['module'].split('.')[0]}.…); identical logits")
+    while signal[0, :, 0].abs().sum() == 0:
+        signal, layers_needed = conv(signal) - conv(torch.zeros_like(signal)), layers_needed + 1
+assert layers_needed == n - 1
+print(f"{n} positions: self-attention connects any two in 1 layer, a width-3 convolution in {layers_needed}")
 
 # %% [markdown]
 # ## 9. Training (§5)
 #
-# **Batches by tokens (§5.1).** The paper batched sentence pairs of similar length, about 25,000 source and
-# 25,000 target tokens per batch. First a tokenizer: one byte-level BPE vocabulary for both languages, trained
-# on the bundled Tatoeba training split (100,000 English–German pairs), here with 2,000 tokens.
+# **The paper's scale, for comparison (§5.1, §5.2, §6.1).** WMT 2014 English–German, about 4.5 million sentence
+# pairs, one shared BPE vocabulary of about 37,000 tokens (English–French: 36 million sentences, 32,000
+# word-pieces); batches of about 25,000 source and 25,000 target tokens; 8 P100 GPUs. The base model trained
+# 100,000 steps in 12 hours (0.4 s a step), the big one 300,000 steps in 3.5 days (1.0 s a step). Checkpoints
+# were written every 10 minutes; the base model's result is the average of its last 5, the big one's of its
+# last 20. Decoding: beam 4, length penalty α = 0.6, at most input length + 50 tokens. The run below sees about
+# 0.7 million target tokens; the base model's run saw about 2.5 billion, nearly 4,000 times more.
+#
+# **Batches by tokens (§5.1).** The paper batched sentence pairs of similar length. First a tokenizer: one
+# byte-level BPE vocabulary for both languages, trained on the bundled Tatoeba training split (100,000
+# English–German pairs), here with 2,000 tokens.
 
 # %%
 from vanilla_transformer.data import TokenBucketBatchSampler, load_parallel_corpus
@@ -473,9 +522,18 @@ tokenizer = train_joint_bpe(itertools.chain(pairs["source"], pairs["target"]), v
 save_tokenizer(tokenizer, WORK / "tokenizer")
 example = tokenizer("Tom is reading a book.")["input_ids"]
 print({split: len(corpus[split]) for split in corpus})
-print(viz.readable_tokens(tokenizer.convert_ids_to_tokens(example), tokenizer))
+raw = tokenizer.convert_ids_to_tokens(example)
+print("tokens:", raw)
+print("as the pictures label them:", viz.readable_tokens(raw, tokenizer))
+assert raw[0].startswith("Ġ") and raw[-1] == tokenizer.eos_token  # a word start, and </s> appended
 
 # %% [markdown]
+# Byte-level BPE works on bytes shown as printable characters: `Ġ` is the space byte, so a token that starts
+# with `Ġ` starts a word (the tokenizer adds a space before the first word), and non-ASCII letters show as two
+# symbols (`Ã¤` for ä). The tokenizer appends `</s>`. For the labels of the attention pictures, the package
+# decodes the bytes and marks a piece that *continues* a word with `##`, BERT's WordPiece convention, which is
+# easier to read; it is a way of printing, not how this tokenizer works.
+#
 # `TokenBucketBatchSampler` sorts pairs by length and cuts batches of at most `max_tokens` padded tokens per
 # side: many short sentences or a few long ones. Against batches of the same sizes drawn at random, it wastes
 # far less on padding:
@@ -535,10 +593,12 @@ assert f"{peak:.2e}" == "6.99e-04"
 print(f"both schedules equal the paper's formula at steps 0 … 11,999; peak {peak:.2e} at step 4,000")
 
 # %% [markdown]
-# **Label smoothing (§5.4).** The target for each token is not one-hot but
-# $q = (1 - \epsilon) \cdot \text{one-hot} + \epsilon / V$ with $\epsilon = 0.1$: the gold token gets
-# $1 - \epsilon + \epsilon / V$, every other token of the vocabulary $\epsilon / V$. It hurts perplexity and
-# helps BLEU. The model computes it when given `smoothing=ε`:
+# **Label smoothing (§5.4).** The paper gives $\epsilon_{ls} = 0.1$ and no formula. The package uses the form of
+# Szegedy et al. (2016), the paper's citation, which is also torch's `label_smoothing`: the target for each token
+# is $q = (1 - \epsilon) \cdot \text{one-hot} + \epsilon / V$, so the gold token gets $1 - \epsilon + \epsilon / V$
+# and every other token of the vocabulary $\epsilon / V$. (tensor2tensor spreads $\epsilon$ over the $V - 1$ other
+# tokens instead; for $V$ in the thousands the two differ by about $\epsilon / V$ per token.) The paper reports that
+# it hurts perplexity and helps BLEU. The model computes it when given `smoothing=ε`:
 
 # %%
 smoothing = viz.plot_label_smoothing(WORK / "label_smoothing.png")
@@ -560,9 +620,18 @@ print(f"model loss with ε = 0.1: {out.loss.item():.4f} (= cross-entropy against
 # %% [markdown]
 # **A short real training run.** The training command's own function, `train(TrainConfig(...))`: the base
 # preset scaled down to $d_{model} = 128$, 2 + 2 layers, 4 heads, $d_{ff} = 512$, dropout 0.1; batches of
-# 2,000 tokens per side; the paper's Adam and schedule (warm-up 200 steps, ×1.5); label smoothing 0.1; 350
-# steps (under two minutes on 2 CPU cores); then the average of the last five checkpoints (§6.1). For so short a
-# run we keep the pairs of at most 10 tokens a side (a third of the corpus), where a small model learns fastest.
+# 2,000 tokens per side; the paper's Adam and schedule with a warm-up of 200 steps, times `lr_factor=1.5`; label
+# smoothing 0.1; 350 steps (under two minutes on 2 CPU cores). For so short a run we keep the pairs of at most 10
+# tokens a side (a third of the corpus), where a small model learns fastest.
+#
+# The peak learning rate is about 13 times the base model's. The schedule's formula itself gives a narrower
+# model and a shorter warm-up a higher peak ($d_{model}^{-0.5} \cdot warmup^{-0.5}$: 6.2e-3 for 128 and 200,
+# against 7.0e-4 for 512 and 4,000), and `lr_factor=1.5` raises it further, because 350 steps leave no time to
+# creep up; a model this small trains stably at that rate, a base model would not.
+#
+# Checkpoints are written every 25 steps, and the final model is the average of the last five, steps 250–350,
+# all past the warm-up: a scaled-down version of the paper's averaging of its last five checkpoints, written
+# 10 minutes apart at the end of a 12-hour run (§6.1).
 
 # %%
 from vanilla_transformer.checkpoints import list_checkpoints
@@ -575,10 +644,15 @@ summary = train(TrainConfig(
     preset="base", config_overrides=dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                               decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512, dropout=0.1),
     max_tokens=2000, max_steps=350, warmup_steps=200, lr_factor=1.5, label_smoothing_factor=0.1,
-    logging_steps=25, eval_steps=350, eval_bleu_sentences=0, save_steps=70, average_last=5,
+    logging_steps=25, eval_steps=350, eval_bleu_sentences=0, save_steps=25, average_last=5,
     output_dir=str(run), disable_tqdm=True, seed=0,
 ))
-print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens, in {summary['train_seconds']:.0f} s")
+peak_here = 1.5 * peak_learning_rate(d_model=128, warmup_steps=200)
+assert 12 < peak_here / peak < 14
+print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens, in {summary['train_seconds']:.0f} s; "
+      f"peak learning rate {peak_here:.1e} ({peak_here / peak:.1f}× the base model's {peak:.1e})")
+assert summary["averaged_checkpoints"] == [f"checkpoint-{step}" for step in (250, 275, 300, 325, 350)]
+print("run/final is the average of", ", ".join(summary["averaged_checkpoints"]))
 
 # %%
 from matplotlib.figure import Figure
@@ -589,7 +663,7 @@ losses = [record["train_loss"] for record in history if "train_loss" in record]
 figure = Figure(figsize=(7, 3), dpi=90, layout="constrained")
 axes = figure.subplots()
 axes.plot(steps, losses, marker="o", markersize=3, label="training loss (label-smoothed), per 25 steps")
-axes.axhline(summary["valid_loss"], color="tab:red", linestyle="--", label=f"validation loss at step {steps[-1]}")
+axes.axhline(summary["valid_loss"], color="tab:red", linestyle="--", label=f"validation loss of the step-{steps[-1]} weights")
 axes.axhline(math.log(2000), color="gray", linestyle=":", label="uniform guess over 2,000 tokens: ln 2000")
 axes.set(xlabel="step", ylabel="loss (nats per token)", title="350 steps of training on Tatoeba en→de")
 axes.legend(fontsize=8)
@@ -599,8 +673,12 @@ show(WORK / "loss.png")
 first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
 assert first - last > 1.5, (first, last)  # the loss falls, by far more than its noise
 assert summary["valid_loss"] < math.log(2000) - 3
-print(f"training loss {first:.2f} → {last:.2f}; validation loss {summary['valid_loss']:.2f}, "
+print(f"training loss {first:.2f} → {last:.2f}; validation loss of the step-350 weights {summary['valid_loss']:.2f}, "
       f"perplexity {summary['valid_ppl']:.1f}")
+
+# %% [markdown]
+# The validation loss above was measured during training, on the weights of step 350. Everything below (the
+# translations, the scores, the attention maps) comes from `run/final`, the average of the five checkpoints.
 
 # %% [markdown]
 # ## 10. Decoding (§6.1)
@@ -626,8 +704,11 @@ for sentence, by_greedy, by_beam in zip(sentences, greedy, beam):
     print(f"{sentence:28} greedy: {by_greedy:30} beam 4: {by_beam}")
 
 # %% [markdown]
-# Beam search looks for the output with the best length-normalised log-probability,
-# $\log P(y \mid x) / |y|^{\alpha}$; greedy decoding commits to one token at a time. On the first 200 pairs of
+# Beam search looks for the output with the best length-normalised log-probability. transformers (and
+# CTranslate2) normalise by $|y|^{\alpha}$: the score is $\log P(y \mid x) / |y|^{\alpha}$. The paper's α = 0.6
+# comes from GNMT (Wu et al., 2016), whose penalty is $((5 + |y|) / 6)^{\alpha}$; the package's beam search
+# computes either (`length_penalty_form`, see [model.md](model.md)), and the cells here use the saved model's
+# setting. Greedy decoding commits to one token at a time. On the first 200 pairs of
 # the test split within the training's length limit, both scored by the model itself (teacher-forced
 # log-probabilities of the generated tokens), and by sacreBLEU against the references:
 
@@ -647,7 +728,9 @@ def normalised_log_probability(sequences, alpha=0.6):
     with torch.no_grad():
         log_p = trained(**batch, labels=labels).logits.log_softmax(-1)
     picked = log_p.gather(-1, labels.clamp(min=0)[..., None])[..., 0] * (labels != -100)
-    return picked.sum(-1) / (labels != -100).sum(-1) ** alpha
+    length = (labels != -100).sum(-1)
+    gnmt = getattr(decoding, "length_penalty_form", "power") == "gnmt"
+    return picked.sum(-1) / (((5 + length) / 6) ** alpha if gnmt else length**alpha)
 
 
 with torch.no_grad():
@@ -657,22 +740,53 @@ greedy_score, beam_score = normalised_log_probability(greedy_ids), normalised_lo
 better = (beam_score > greedy_score + 1e-4).sum().item()
 worse = (beam_score < greedy_score - 1e-4).sum().item()
 assert beam_score.mean() > greedy_score.mean()
-print(f"mean log P(y|x) / |y|^0.6: greedy {greedy_score.mean():.3f}, beam 4 {beam_score.mean():.3f}; "
+print(f"mean normalised log P(y|x): greedy {greedy_score.mean():.3f}, beam 4 {beam_score.mean():.3f}; "
       f"beam better on {better}, worse on {worse}, equal on {len(test) - better - worse} sentences")
 for name, ids in (("greedy", greedy_ids), ("beam 4", beam_ids)):
     result = score(tokenizer.batch_decode(ids, skip_special_tokens=True), references)
     print(f"{name}: sacreBLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}")
 
 # %% [markdown]
+# **Greedy decoding, written out.** The decoder's input is the output so far, *shifted right*: it starts with the
+# start token, and each step appends the most likely next token, until `</s>` or the limit. Ten lines, checked
+# against `generate(num_beams=1)` on the same 200 sentences, with the same limit for all (30 tokens) and without
+# a cache, so that both compute each step the same way (the cache changes the last bits of the logits):
+
+# %%
+def greedy_by_hand(batch, limit):
+    memory = trained.get_encoder()(**batch).last_hidden_state  # the encoder runs once
+    out = torch.full((len(memory), 1), trained.config.decoder_start_token_id)  # shifted right: <s> first
+    done = torch.zeros(len(memory), dtype=torch.bool)
+    for _ in range(limit):
+        logits = trained(encoder_outputs=(memory,), attention_mask=batch["attention_mask"], decoder_input_ids=out).logits
+        next_token = logits[:, -1].argmax(-1).masked_fill(done, tokenizer.pad_token_id)  # finished rows get padding
+        out, done = torch.cat([out, next_token[:, None]], 1), done | (next_token == tokenizer.eos_token_id)
+        if done.all():
+            break
+    return out
+
+
+with torch.no_grad():
+    by_hand = greedy_by_hand(batch, limit=30)
+    by_generate = trained.generate(**batch, num_beams=1, max_new_tokens=30, use_cache=False)
+assert torch.equal(by_hand, by_generate)
+print(f"greedy search by hand = generate(num_beams=1) on all {len(sources)} sentences")
+
+# %% [markdown]
 # Two minutes of training make a weak translator: short, common sentences come out right or nearly so, many
-# others do not (the main job below gets much further). The attention of its last layer, all four heads, for one sentence: what each target position reads
-# in the source (encoder–decoder attention), and in the target so far (masked self-attention).
+# others do not (the main job below gets much further). The attention of its last layer, all four heads, for one
+# sentence: what each source token reads in the source (encoder self-attention), what each target position reads in
+# the source (encoder–decoder attention), and in the target so far (masked self-attention). The rows are labelled
+# differently on purpose: an encoder row is a source token, the input it belongs to; a decoder row is the position
+# that *predicts* the labelled token, since position $t$ reads the tokens up to $t - 1$ and outputs token $t$.
 
 # %%
 drawn = viz.draw_attention_maps(trained, tokenizer, "Tom is reading a book.", WORK / "attention")
 assert drawn["decoder"].triu(diagonal=1).abs().max() == 0  # no head looks ahead, trained or not
 torch.testing.assert_close(drawn["cross"].sum(-1), torch.ones(drawn["cross"].shape[:2]))
 print("translation:", drawn["target"])
+torch.testing.assert_close(drawn["encoder"].sum(-1), torch.ones(drawn["encoder"].shape[:2]))
+show(drawn["files"]["encoder"])
 show(drawn["files"]["cross"])
 show(drawn["files"]["decoder"])
 
@@ -680,12 +794,16 @@ show(drawn["files"]["decoder"])
 # ## Where to go next
 #
 # * **Train for real.** `bash scripts/main.sh` trains the same small model for 6 minutes on all 100,000 pairs
-#   and scores the 2,000 test pairs: sacreBLEU 25.91 ([training.md](training.md#the-main-job)). The command
+#   and scores the 2,000 test pairs: sacreBLEU 26.75 ([training.md](training.md#the-main-job)). The command
 #   line is `vanilla-transformer train --config configs/tatoeba_en_de_small.yaml`, every option in
 #   [training.md](training.md#options).
 # * **An hour on Multi30k.** $d_{model}$ 256, 3 + 3 layers, 60 minutes on 2 CPU cores: German→English
-#   sacreBLEU 40.05, English→German 38.33
+#   sacreBLEU 41.01, English→German 38.33
 #   ([results](../benchmarks/results/multi30k-60min.md), [benchmarks.md](benchmarks.md#quality-at-a-fixed-budget-multi30k)).
+# * **Table 3.** The paper's variations of the base model (heads and head sizes, model size, dropout and label
+#   smoothing, learned positions) are rerun at a small scale in
+#   [table3.md](../benchmarks/results/table3.md), with `python benchmarks/table3.py`; at its budget of 750 steps
+#   a row, it compares how fast each variation learns, not converged quality, and its report says so.
 # * **Model cards.** [`model_cards/`](../model_cards) holds one Hugging Face card per preset and per trained
 #   model, with its measured scores and the command that produced them.
 # * **transformers' `Seq2SeqTrainer`.** `vanilla_transformer.finetuning` sets it up with the paper's recipe;
@@ -697,6 +815,59 @@ show(drawn["files"]["decoder"])
 #   ([transformers.md](transformers.md#sharing-on-the-hub)).
 # * **The code.** [`modeling_vanilla_transformer.py`](../vanilla_transformer/modeling_vanilla_transformer.py)
 #   reads in the paper's order; [model.md](model.md) lists what the paper leaves open and what was chosen.
+
+# %% [markdown]
+# ## Appendix: saving, loading and `trust_remote_code`
+#
+# The untrained model of §1–8, saved and loaded back, first through the package, then without it.
+#
+# **Save and load.** `save_pretrained` writes the weights, `config.json`, `generation_config.json` (the paper's
+# decoding) and the model's own source files. `import vanilla_transformer` registered the model with
+# transformers' Auto classes, so `AutoModelForSeq2SeqLM` loads the folder like any other:
+
+# %%
+from transformers import AutoModelForSeq2SeqLM
+
+folder = WORK / "walkthrough-model"
+model.save_pretrained(folder)
+print(sorted(path.name for path in folder.iterdir()))
+print("auto_map:", json.loads((folder / "config.json").read_text())["auto_map"])
+
+reloaded = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
+assert type(reloaded) is VanillaTransformerForConditionalGeneration
+assert reloaded.lm_head.weight is reloaded.model.shared.weight  # still one matrix after loading
+assert torch.equal(logits_for(source, target), reloaded(input_ids=source, decoder_input_ids=target).logits)
+print("reloaded: identical logits")
+
+# %% [markdown]
+# **Without the package: `trust_remote_code`.** `config.json` carries an `auto_map` (which class of which file
+# each Auto class should use), and the folder carries those files, which import only torch and transformers.
+# Where the package is *not* installed, `AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)`
+# imports the folder's own `modeling_vanilla_transformer.py` and builds the model from it; the flag is your
+# consent to run code that came with the weights (from the Hub, say). Where the package *is* imported, as here,
+# the registered class is used and the flag changes nothing. Without the package, `AutoTokenizer` needs the
+# flag too for such a folder, because it reads `config.json` first. The subprocess below hides the package and
+# loads the folder:
+
+# %%
+torch.save({"source": source, "target": target}, WORK / "inputs.pt")
+script = f"""
+import sys, torch
+sys.modules["vanilla_transformer"] = None  # the package cannot be imported: only transformers + the folder
+from transformers import AutoModelForSeq2SeqLM
+model = AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True, attn_implementation="eager").eval()
+inputs = torch.load({str(WORK / "inputs.pt")!r})
+with torch.no_grad():
+    logits = model(input_ids=inputs["source"], decoder_input_ids=inputs["target"]).logits
+torch.save({{"module": type(model).__module__, "logits": logits}}, {str(WORK / "remote.pt")!r})
+"""
+loaded = subprocess.run([sys.executable, "-c", script], env=os.environ.copy(), capture_output=True, text=True)
+assert loaded.returncode == 0, loaded.stderr[-2000:]
+remote = torch.load(WORK / "remote.pt")
+assert remote["module"].startswith("transformers_modules.")  # the folder's copy of the code ran
+assert torch.equal(remote["logits"], logits_for(source, target))
+print(f"without the package the class came from {remote['module'].split('.')[-1]}.py in the folder "
+      f"(module {remote['module'].split('.')[0]}.…); identical logits")
 
 # %% [markdown]
 # Everything this notebook wrote, the trained model in `run/final` included, lies in one temporary folder.

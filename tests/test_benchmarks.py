@@ -157,6 +157,11 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     cards = make_model_cards.multi30k_cards(tmp_path / "results" / "multi30k-0.05min.json", root=tmp_path)
     card = cards["vanilla-transformer-multi30k-de-en-0.05min.md"]
     assert "× 2 data-parallel processes" in str(card) and f"| {row['test']['bleu']:.2f} |" in str(card)
+    # the paper's bias-free attention, recorded in the row, the table and the card; rows from before say biases
+    assert row["recipe"]["attention_bias"] is False and "attention_bias=False" in str(card)
+    assert "| de-en | 0.05 min | no |" in (tmp_path / "results" / "multi30k-0.05min.md").read_text()
+    old_row = {k: v for k, v in row.items() if k != "recipe"} | {"recipe": {k: v for k, v in row["recipe"].items() if k != "attention_bias"}}
+    assert "| de-en | 0.05 min | yes |" in multi30k.results_table([old_row])
 
 
 @pytest.mark.slow
@@ -220,6 +225,34 @@ def test_ctranslate2_batching_benchmark_compares_the_mixed_batches_with_the_exac
         assert all(seconds > 0 for seconds in row["seconds"].values())
     assert "| int8 | 4 | 4 (100.0 %) | 4 |" in (tmp_path / "results" / "ctranslate2-batching-tiny.md").read_text()
     assert json.loads((tmp_path / "results" / "ctranslate2-batching-tiny.json").read_text()) == report
+
+
+def test_length_penalty_benchmark_scores_both_forms_and_counts_the_outputs_that_differ(tmp_path):
+    """benchmarks/length_penalty.py on a tiny untrained model: both forms decoded and scored with sacreBLEU, the
+    differing outputs listed, and the Markdown and JSON written."""
+    import length_penalty  # benchmarks/length_penalty.py
+    from conftest import tiny_model
+
+    from vanilla_transformer.tokenization import train_joint_bpe
+
+    sources = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein langes Buch im Park.", "Kinder."]
+    references = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a long book in the park.", "Children."]
+    tokenizer = train_joint_bpe(sources + references, vocab_size=300, min_frequency=1)
+    model = tiny_model(vocab_size=len(tokenizer))
+    model.generation_config.source_length_offset = 3
+    model.save_pretrained(tmp_path / "model"), tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "src.de").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "ref.en").write_text("\n".join(references) + "\n", encoding="utf-8")
+    report = length_penalty.main(["--model", str(tmp_path / "model"), "--source", str(tmp_path / "src.de"), "--reference",
+                                  str(tmp_path / "ref.en"), "--name", "tiny", "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    assert set(report["forms"]) == {"power", "gnmt"} and report["sentences"] == 4
+    assert report["identical"] + len(report["differing"]) == 4
+    assert all(row["bleu_signature"].startswith("nrefs:1|case:mixed") for row in report["forms"].values())
+    assert report["decoding"] == {"num_beams": 4, "length_penalty": 0.6, "source_length_offset": 3}
+    assert 0 <= report["paired_bootstrap"]["p_value"] <= 1
+    table = (tmp_path / "results" / "length-penalty-tiny.md").read_text()
+    assert "| \\|Y\\|^α (transformers, CTranslate2) |" in table and "| ((5 + \\|Y\\|) / 6)^α (GNMT, the paper) |" in table
+    assert json.loads((tmp_path / "results" / "length-penalty-tiny.json").read_text()) == report
 
 
 @pytest.mark.slow

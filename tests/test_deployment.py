@@ -266,3 +266,18 @@ def test_without_ctranslate2_the_commands_say_how_to_install_it(trained, tokeniz
     assert "[ctranslate2]'" in err and "Traceback" not in err
     assert main(["translate", "--model_name_or_path", str(folder), "--engine", "ctranslate2", "Ja."]) == 1
     assert "[ctranslate2]'" in capsys.readouterr().err
+
+
+def test_gnmt_length_penalty_in_an_export_is_named_as_what_the_engine_does_not_compute(exported, monkeypatch):
+    """CTranslate2 ranks beams by log P / |Y|^α only: an export whose generation_config.json asks for GNMT's penalty
+    says so once, for beam search with α ≠ 0, and decodes as with |Y|^α."""
+    texts = bundled_lines("test.de.gz", 6)
+    expected = exported.translate_ids(texts, num_beams=4)
+    lines = []
+    monkeypatch.setattr(deployment.logger, "warning_once", lambda message: lines.append(message))
+    monkeypatch.setattr(exported.generation_config, "length_penalty_form", "gnmt", raising=False)
+    exported.translate_ids(texts, num_beams=1)
+    exported.translate_ids(texts, num_beams=4, length_penalty=0.0)
+    assert lines == []
+    assert exported.translate_ids(texts, num_beams=4) == expected
+    assert len(lines) == 1 and "GNMT's length penalty" in lines[0] and "--engine transformers" in lines[0]

@@ -3,6 +3,8 @@ its pieces against the plain operations they replace, and its fallback where it 
 
 import copy
 import inspect
+import itertools
+import json
 import logging
 import math
 import re
@@ -370,3 +372,72 @@ def test_a_decoding_step_reads_nothing_back_and_generate_reads_one_value_a_step(
         model.generate(source, attention_mask=mask, num_beams=num_beams, max_new_tokens=steps, min_new_tokens=steps)
     assert len(forward_reads) == steps and forward_reads == [0] * steps
     assert steps <= counter.per_step[-1] <= steps + 8, counter.per_step
+
+
+# ------------------------------------------------------------------ the length penalty's form: |Y|^α or GNMT's
+def _best_by_enumeration(model, src: torch.Tensor, length: int, alpha: float, form: str) -> list[list[int]]:
+    """Every output of at most ``length`` tokens (ended by </s>, or cut at ``length``), scored by the model and
+    normalised by |Y|^α or GNMT's ((5 + |Y|) / 6)^α: each sentence's best, padded as generate pads."""
+    vocab, best = model.config.vocab_size, []
+    prefixes = [[1, *ys] for ys in itertools.product(range(vocab), repeat=length - 1)]  # every decoder input
+    for row in src:
+        with torch.no_grad():  # one pass scores every output: row p holds the log-probabilities after prefix p
+            log_probs = model(input_ids=row[None].expand(len(prefixes), -1), decoder_input_ids=torch.tensor(prefixes)).logits.log_softmax(-1)
+        candidates = []
+        for n in range(1, length + 1):
+            for ys in itertools.product(range(vocab), repeat=n):
+                if EOS in ys[:-1] or (n < length and ys[-1] != EOS):
+                    continue
+                p = prefixes.index([1, *ys[:-1], *[0] * (length - n)])
+                score = sum(log_probs[p, i, y].item() for i, y in enumerate(ys))
+                penalty = n**alpha if form == "power" else generation.gnmt_length_penalty(n, alpha)
+                candidates.append((score / penalty, [*ys] + [0] * (length - n)))
+        best.append(max(candidates)[1])
+    return best
+
+
+#: Beam search over three tokens with a beam of every two-token prefix (8 × 8) never drops a hypothesis: exhaustive.
+EXHAUSTIVE = dict(num_beams=64, max_new_tokens=3, early_stopping="never")
+
+
+@pytest.mark.parametrize("alpha", [0.6, 2.0])
+def test_both_length_penalty_forms_find_the_best_output_by_enumeration(monkeypatch, alpha):
+    """Exhaustive beam search (EXHAUSTIVE): each form's output is the best of all outputs under that form, found by
+    enumerating them; the two forms choose differently for some sentences, so each is tested on its own. transformers'
+    loop knows only |Y|^α: there, GNMT's form gives one warning and |Y|^α's tokens."""
+    model, src = tiny_model(vocab_size=8), random_ids(6, 5, vocab=8, seed=2)
+    options = dict(**EXHAUSTIVE, length_penalty=alpha)
+    found = {}
+    for form in generation.LENGTH_PENALTY_FORMS:
+        found[form] = model.generate(src, length_penalty_form=form, **options)[:, 1:].tolist()
+        assert found[form] == _best_by_enumeration(model, src, 3, alpha, form), form
+    assert found["power"] != found["gnmt"]
+
+    monkeypatch.setattr(generation, "in_place_beam_search_applies", lambda *args: False)
+    lines = []
+    monkeypatch.setattr(generation.logger, "warning_once", lambda message: lines.append(message))
+    assert model.generate(src, **options)[:, 1:].tolist() == found["power"]
+    assert lines == []
+    assert model.generate(src, length_penalty_form="gnmt", **options)[:, 1:].tolist() == found["power"]
+    assert len(lines) == 1 and "transformers' beam search ranks by log P / |Y|^α instead" in lines[0]
+
+
+def test_a_length_penalty_form_is_checked_saved_and_taken_by_models_saved_before_it(tmp_path):
+    """A wrong form is refused by name; the form is saved in generation_config.json; a generation_config.json from
+    before the field existed decodes with |Y|^α, and still takes the argument."""
+    model, src = tiny_model(vocab_size=8), random_ids(6, 5, vocab=8, seed=2)
+    with pytest.raises(ValueError, match="length_penalty_form='gnm' is not one of 'power', 'gnmt'"):
+        model.generate(src, length_penalty_form="gnm")
+    options = dict(**EXHAUSTIVE, length_penalty=2.0)
+    power, gnmt = (model.generate(src, length_penalty_form=form, **options) for form in ("power", "gnmt"))
+    model.generation_config.length_penalty_form = "gnmt"
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "generation_config.json").read_text())
+    assert saved["length_penalty_form"] == "gnmt"
+    assert torch.equal(type(model).from_pretrained(tmp_path).generate(src, **options), gnmt)
+    del saved["length_penalty_form"]
+    (tmp_path / "generation_config.json").write_text(json.dumps(saved))
+    older = type(model).from_pretrained(tmp_path)
+    assert not hasattr(older.generation_config, "length_penalty_form")
+    assert torch.equal(older.generate(src, **options), power)
+    assert torch.equal(older.generate(src, length_penalty_form="gnmt", **options), gnmt)

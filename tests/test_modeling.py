@@ -468,6 +468,7 @@ def test_a_checkpoint_saved_before_attention_bias_existed_loads_with_its_biases_
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=src, decoder_input_ids=tgt).logits, torch.tensor(expected["logits"]))
         assert model.generate(src, num_beams=2, max_new_tokens=6).tolist() == expected["generated"]
+    assert VanillaTransformerConfig.from_json_file(folder / "config.json").attention_bias
     assert VanillaTransformerConfig.from_dict(model.config.to_dict()).attention_bias  # re-saved, it says so
     assert not VanillaTransformerConfig.from_dict({**model.config.to_dict(), "attention_bias": False}).attention_bias
 

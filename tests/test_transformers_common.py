@@ -139,7 +139,7 @@ class VanillaTransformerModelTest(ModelTesterMixin, GenerationTesterMixin, unitt
         ids = inputs["input_ids"][:2].clone()
         mask = torch.ones_like(ids)
         ids[1, 3:], mask[1, 3:] = PAD, 0  # the second sentence has 3 tokens
-        model.generation_config.suppress_tokens = [EOS]  # run to the limit
+        model.generation_config.suppress_tokens = [EOS, PAD]  # run to the limit (a random model may emit <pad>, counted as none)
         out = model.generate(input_ids=ids, attention_mask=mask)
         produced = (out[:, 1:] != PAD).sum(-1)
         self.assertEqual(produced.tolist(), [7 + 2, 3 + 2])

@@ -116,6 +116,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return super().from_dict(config_dict, **kwargs)
 
     @classmethod
+    def from_json_file(cls, json_file) -> "VanillaTransformerConfig":
+        """``PreTrainedConfig.from_json_file`` through :meth:`from_dict` (transformers' builds the class directly),
+        so that a ``config.json`` from before ``attention_bias`` existed loads with its biases here too."""
+        return cls.from_dict(cls._dict_from_json_file(json_file))
+
+    @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs) -> "VanillaTransformerConfig":
         """``PreTrainedConfig.from_pretrained``, except that a ``config.json`` of another ``model_type``
         is an error (transformers only warns, then builds this model from foreign settings)."""

@@ -51,12 +51,16 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import GenerationConfig, PreTrainedConfig
+from transformers.utils import logging
 
 from .checkpoints import save_folder_atomically, write_json_atomically
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .loading import load_model_and_tokenizer, load_tokenizer
 from .modeling_vanilla_transformer import sinusoidal_position_encoding
 from .tokenization import check_source_lengths
+
+
+logger = logging.get_logger(__name__)
 
 try:  # optional: pip install 'vanilla-transformer[ctranslate2]'
     import ctranslate2
@@ -374,6 +378,12 @@ class CTranslate2Translator:
         # transformers' own defaults where the export's generation config leaves a setting unset
         num_beams = int(num_beams if num_beams is not None else (config.num_beams or 1))
         length_penalty = float(length_penalty if length_penalty is not None else (config.length_penalty if config.length_penalty is not None else 1.0))
+        if getattr(config, "length_penalty_form", None) == "gnmt" and num_beams > 1 and length_penalty:
+            logger.warning_once(
+                "The export's generation_config.json asks for GNMT's length penalty ((5 + |Y|) / 6)^α, which CTranslate2 "
+                "does not compute: it ranks beams by log P / |Y|^α. For GNMT's penalty, translate with the saved model "
+                "(--engine transformers)."
+            )
         tokenizer = self.tokenizer
         encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
         lengths = [len(ids) for ids in encoded]

@@ -64,6 +64,29 @@ PRIVATE_GENERATION_METHODS = (
 #: Private attributes ``generate`` sets on the generation config before beam search, which the loop reads.
 PRIVATE_GENERATION_CONFIG_ATTRIBUTES = ("_pad_token_tensor", "_eos_token_tensor")
 
+#: How beam search normalises a finished hypothesis's log-probability by its length |Y| (the tokens generated,
+#: </s> included), the generation config's ``length_penalty_form``, with α its ``length_penalty``:
+#: ``"power"``: log P(Y|X) / |Y|^α, transformers', CTranslate2's and fairseq's;
+#: ``"gnmt"``: log P(Y|X) / ((5 + |Y|) / 6)^α, GNMT's lp(Y) (Wu et al. 2016, eq. 14), which the paper cites with
+#: α = 0.6 (§6.1) and tensor2tensor decodes with. Only the in-place beam search computes it; see ``_beam_search``.
+LENGTH_PENALTY_FORMS = ("power", "gnmt")
+
+
+def gnmt_length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / (5 + 1))^α."""
+    return ((5 + length) / 6) ** alpha
+
+
+def checked_length_penalty_form(form: str | None) -> str:
+    """A ``length_penalty_form`` checked, ``"power"`` for None (generation configs saved before the field existed)."""
+    form = form or "power"
+    if form not in LENGTH_PENALTY_FORMS:
+        raise ValueError(
+            f"length_penalty_form={form!r} is not one of {', '.join(map(repr, LENGTH_PENALTY_FORMS))}: 'power' divides "
+            f"a hypothesis's log-probability by |Y|^α (transformers'), 'gnmt' by ((5 + |Y|) / 6)^α (GNMT's, the paper's)."
+        )
+    return form
+
 
 def in_place_beam_search_unavailable(generation_config=None) -> str | None:
     """Why the in-place beam search cannot run with this transformers, or None when it can."""
@@ -284,7 +307,19 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         if reason is None:
             return self._in_place_beam_search(*args, **kwargs)
         logger.info_once(f"In-place beam search off ({reason}): transformers' own beam search runs.")
-        return super()._beam_search(*args, **kwargs)
+        return self._transformers_beam_search(reason, *args, **kwargs)
+
+    def _transformers_beam_search(self, reason: str, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+        """transformers' own beam search, which knows only the |Y|^α length penalty: with ``length_penalty_form="gnmt"``
+        it runs anyway (refusing would make flex attention, static caches and returned scores unusable with beams),
+        and one warning says that the ranking uses |Y|^α instead, and why."""
+        if checked_length_penalty_form(getattr(generation_config, "length_penalty_form", None)) == "gnmt" and generation_config.length_penalty:
+            logger.warning_once(
+                f"length_penalty_form='gnmt' is computed by the package's beam search only, which does not run here "
+                f"({reason}): transformers' beam search ranks by log P / |Y|^α instead. For GNMT's penalty use eager or "
+                f"sdpa attention, a dynamic cache and no returned scores; or set length_penalty_form='power'."
+            )
+        return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
 
     def _in_place_beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs):
         """transformers' ``GenerationMixin._beam_search`` (5.24), step for step, with the changes above."""
@@ -294,9 +329,14 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         if reason is not None or not applies:
             if reason is not None:
                 logger.info_once(f"In-place beam search off ({reason}): transformers' own beam search runs.")
-            return super()._beam_search(input_ids, logits_processor, stopping_criteria, config, synced_gpus, **model_kwargs)
+            reason = reason or "sampling, returned scores, flex attention, a static cache or another logits processor"
+            return self._transformers_beam_search(reason, input_ids, logits_processor, stopping_criteria, config, synced_gpus, **model_kwargs)
         pad_token_id, eos_token_id = config._pad_token_tensor, config._eos_token_tensor
         early_stopping, length_penalty, max_length = config.early_stopping, config.length_penalty, config.max_length
+        # GNMT's penalty: the scores transformers' helpers would divide by length^α are divided here by lp(Y), and
+        # the helpers get α = 0 (their divisor is then 1)
+        gnmt = checked_length_penalty_form(getattr(config, "length_penalty_form", None)) == "gnmt"
+        helpers_length_penalty = 0.0 if gnmt else length_penalty
         num_beams, num_return_sequences = config.num_beams, config.num_return_sequences
         batch_size, cur_len = input_ids.shape[0] // num_beams, input_ids.shape[1]
         # generate() repeated each sentence's encoder output and source mask for its beams: keep one row
@@ -370,23 +410,29 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
                 topk_running_beam_indices=topk_running_beam_indices,
                 next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, num_beams=num_beams,
             )  # fmt: skip
+            if gnmt:  # the hypotheses that end here have |Y| = cur_len + 1 - decoder_prompt_len
+                topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, length_penalty)
             sequences, beam_scores, beam_indices, is_sent_finished = self._update_finished_beams(
                 sequences=sequences, topk_running_sequences=topk_running_sequences, beam_scores=beam_scores,
                 topk_log_probs=topk_log_probs, beam_indices=beam_indices, topk_running_beam_indices=topk_running_beam_indices,
                 is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied, is_sent_finished=is_sent_finished,
                 next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, top_num_beam_mask=top_num_beam_mask,
                 num_beams=num_beams, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
-                length_penalty=length_penalty, early_stopping=early_stopping,
+                length_penalty=helpers_length_penalty, early_stopping=early_stopping,
             )  # fmt: skip
             # Only the self-attention caches move: the cross-attention ones hold one row per sentence.
             beam_idx = self._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len])
             model_kwargs["cache"].self_attention_cache.reorder_cache(beam_idx)
             cur_len = cur_len + 1
+            best_running = running_beam_scores
+            if gnmt:  # the best score a running beam could still reach, at the length transformers' heuristic assumes
+                longest = early_stopping == "never" and length_penalty > 0.0
+                best_running = running_beam_scores / gnmt_length_penalty((max_length if longest else cur_len) - decoder_prompt_len, length_penalty)
             is_early_stop_heuristic_unsatisfied = self._check_early_stop_heuristic(
                 is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
-                running_beam_scores=running_beam_scores, beam_scores=beam_scores, is_sent_finished=is_sent_finished,
+                running_beam_scores=best_running, beam_scores=beam_scores, is_sent_finished=is_sent_finished,
                 cur_len=cur_len, max_length=max_length, decoder_prompt_len=decoder_prompt_len,
-                early_stopping=early_stopping, length_penalty=length_penalty,
+                early_stopping=early_stopping, length_penalty=helpers_length_penalty,
             )  # fmt: skip
             this_peer_finished = not self._beam_search_has_unfinished_sequences(
                 is_early_stop_heuristic_unsatisfied, is_sent_finished, next_token_hits_stopping_criteria, early_stopping
@@ -399,10 +445,13 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
 
 
 __all__ = [
+    "LENGTH_PENALTY_FORMS",
     "TESTED_TRANSFORMERS_VERSIONS",
     "VanillaTransformerGenerationMixin",
     "InPlaceLogitsProcessor",
     "attention_for_grouped_beams",
+    "checked_length_penalty_form",
+    "gnmt_length_penalty",
     "in_place_beam_search_unavailable",
     "top_k",
 ]
