@@ -67,7 +67,7 @@ PRIVATE_GENERATION_CONFIG_ATTRIBUTES = ("_pad_token_tensor", "_eos_token_tensor"
 #: How beam search normalises a finished hypothesis's log-probability by its length |Y| (the tokens generated,
 #: </s> included), the generation config's ``length_penalty_form``, with α its ``length_penalty``:
 #: ``"power"``: log P(Y|X) / |Y|^α, transformers', CTranslate2's and fairseq's;
-#: ``"gnmt"``: log P(Y|X) / ((5 + |Y|) / 6)^α, GNMT's lp(Y) (Wu et al. 2016, eq. 14), which the paper cites with
+#: ``"gnmt"``: log P(Y|X) / ((5 + |Y|) / 6)^α, GNMT's lp(Y) (Wu et al. 2016), which the paper cites with
 #: α = 0.6 (§6.1) and tensor2tensor decodes with. Only the in-place beam search computes it; see ``_beam_search``.
 LENGTH_PENALTY_FORMS = ("power", "gnmt")
 
