@@ -22,10 +22,7 @@ decoded twice, and each way's time (median of ``--repeats`` runs taken in turn).
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,16 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from reporting import cpu_name, read_lines, shown_command, write_report  # noqa: E402  (benchmarks/reporting.py)
 from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
 
 BEAMS, ALPHA, BATCH = 4, 0.6, 32
 
-
-def read_sources(path: Path, n: int | None) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        lines = [line.rstrip("\r\n") for line in f]
-    return lines if n is None else lines[:n]
 
 
 def direct_run(translator: CTranslate2Translator, texts: list[str]):
@@ -122,11 +114,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cpu() -> str:
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    return f"{model}, {os.cpu_count()} cores"
-
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -141,10 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     import ctranslate2
 
-    texts = read_sources(args.sources, args.sentences)
+    texts = read_lines(args.sources, args.sentences)
     name = args.name or args.model.resolve().parent.name
-    shown = [a if not a.startswith("/") else Path(a).name for a in (argv if argv is not None else sys.argv[1:])]
-    report = {"command": "python benchmarks/ctranslate2_batching.py " + " ".join(shown), "machine": _cpu(),
+    report = {"command": shown_command("ctranslate2_batching.py", argv if argv is not None else sys.argv[1:]), "machine": cpu_name(),
               "threads": args.threads, "ctranslate2": ctranslate2.__version__, "quantizations": {}}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for quantization in args.quantizations:
@@ -153,10 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
             report["quantizations"][quantization] = row
             print(f"{quantization}: {row['identical']}/{row['sentences']} identical, {row['redecoded']} decoded twice, "
                   f"package {row['package_vs_translate_batch']:.2f}× translate_batch's time, exact {row['exact_vs_package']:.2f}× package's")  # fmt: skip
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.results_dir / f"ctranslate2-batching-{name}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    stem.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    write_report(args.results_dir, f"ctranslate2-batching-{name}", report, markdown(report))
     return report
 
 

@@ -18,27 +18,18 @@ Writes ``benchmarks/results/length-penalty-NAME.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
-import platform
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from reporting import cpu_name, read_lines, shown_command, write_report  # noqa: E402  (benchmarks/reporting.py)
 from vanilla_transformer.evaluation import score, translate  # noqa: E402
 from vanilla_transformer.loading import load_model_and_tokenizer  # noqa: E402
 
 FORMS = {"power": "|Y|^α (transformers, CTranslate2)", "gnmt": "((5 + |Y|) / 6)^α (GNMT, the paper)"}
 
-
-def read_lines(path: Path, n: int | None) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        lines = [line.rstrip("\r\n") for line in f]
-    return lines if n is None else lines[:n]
 
 
 def paired_bootstrap(references: list[str], outputs: dict[str, list[str]]) -> dict:
@@ -52,11 +43,6 @@ def paired_bootstrap(references: list[str], outputs: dict[str, list[str]]) -> di
     gnmt = scores["BLEU"][1]
     return {"p_value": float(gnmt.p_value), "gnmt_mean": float(gnmt.mean), "gnmt_ci": float(gnmt.ci)}
 
-
-def _cpu() -> str:
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    return f"{model}, {os.cpu_count()} cores"
 
 
 def markdown(report: dict) -> str:
@@ -105,9 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{FORMS[form]}: sacreBLEU {forms[form]['bleu']:.2f}, chrF {forms[form]['chrf']:.2f}")
     identical = sum(a == b for a, b in zip(outputs["power"], outputs["gnmt"]))
     name = args.name or args.model.resolve().parent.name
-    shown = [a if not a.startswith("/") else Path(a).name for a in (argv if argv is not None else sys.argv[1:])]
     report = {
-        "command": "python benchmarks/length_penalty.py " + " ".join(shown), "machine": _cpu(), "model": args.model.name,
+        "command": shown_command("length_penalty.py", argv if argv is not None else sys.argv[1:]), "machine": cpu_name(), "model": args.model.name,
         "decoding": {k: getattr(config, k, None) for k in ("num_beams", "length_penalty", "source_length_offset")},
         "sentences": len(sources), "forms": forms, "identical": identical, "identical_share": identical / len(sources),
         "reference_mean_words": sum(len(t.split()) for t in references) / len(references),
@@ -116,10 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
                       for i in range(len(sources)) if outputs["power"][i] != outputs["gnmt"][i]],
     }  # fmt: skip
     print(f"identical: {identical}/{len(sources)}; paired bootstrap p = {report['paired_bootstrap']['p_value']:.4f}")
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.results_dir / f"length-penalty-{name}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    stem.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
+    write_report(args.results_dir, f"length-penalty-{name}", report, markdown(report))
     return report
 
 
