@@ -111,6 +111,16 @@ print(f"d_model {config.d_model}, heads {config.encoder_attention_heads}, d_ff {
       f"dropout {config.dropout}, {sum(p.numel() for p in model.parameters()):,} parameters")
 
 # %% [markdown]
+# Figure 1, drawn from this model's own modules (`viz.plot_architecture` reads each layer's sub-layers, where
+# its layer norms sit, how many layers each stack has and whether the output layer is the embedding matrix; a
+# pre-LN or untied model would be drawn differently):
+
+# %%
+figure_1 = viz.plot_architecture(WORK / "figure1.png", model)
+show(figure_1["path"], width=700)
+assert figure_1["shared_output_matrix"] and figure_1["decoder"]["layers"] == config.decoder_layers
+
+# %% [markdown]
 # **One sentence through Figure 1.** A source of 7 tokens and the 5 target tokens written so far go in; out come,
 # at each target position, scores for every token of the vocabulary that could come next. The shape at each stage
 # (batch, positions, width):

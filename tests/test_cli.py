@@ -276,7 +276,7 @@ def test_visualize_command_writes_every_picture(tmp_path, saved, capsys):
 
     assert main(["visualize", "--output_dir", str(tmp_path / "plain")]) == 0  # no model: no attention maps
     assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == sorted(
-        FILES[k] for k in ("positional_encoding", "masks", "learning_rate", "label_smoothing")
+        FILES[k] for k in ("architecture", "positional_encoding", "masks", "learning_rate", "label_smoothing")
     )
     assert main(["visualize", "--output_dir", str(tmp_path / "x"), "--model_name_or_path", str(saved)]) == 1  # no --source
     assert "--source" in capsys.readouterr().err

@@ -9,7 +9,11 @@ from conftest import SOURCE, TARGET, tiny_model
 
 pytest.importorskip("matplotlib")
 
-from vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
+from vanilla_transformer import (  # noqa: E402
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    sinusoidal_position_encoding,
+)
 from vanilla_transformer.schedule import noam_learning_rate  # noqa: E402
 from vanilla_transformer.visualization import (  # noqa: E402
     FILES,
@@ -18,6 +22,7 @@ from vanilla_transformer.visualization import (  # noqa: E402
     draw_attention,
     draw_attention_maps,
     label_smoothing_distribution,
+    plot_architecture,
     plot_label_smoothing,
     plot_learning_rate,
     plot_masks,
@@ -52,6 +57,30 @@ def rebuild(labels):
         elif not (label.startswith("<") and label.endswith(">")):
             words.append(label)
     return " ".join(words)
+
+
+# ------------------------------------------------------------------ §3 Figure 1
+def test_figure_1_is_read_off_the_models_modules(tmp_path):
+    config = VanillaTransformerConfig.base(vocab_size=300, encoder_layers=3, decoder_layers=2)
+    data = plot_architecture(tmp_path / "figure1.png", VanillaTransformerForConditionalGeneration(config))
+    assert data["encoder"]["layer"] == ["Multi-Head Attention", "Add & Norm", "Feed Forward", "Add & Norm"]
+    assert data["decoder"]["layer"] == ["Masked Multi-Head Attention", "Add & Norm", "Multi-Head Attention (K, V: encoder)",
+                                        "Add & Norm", "Feed Forward", "Add & Norm"]  # fmt: skip
+    assert (data["encoder"]["layers"], data["decoder"]["layers"]) == (3, 2)
+    assert data["shared_output_matrix"] and not data["encoder"]["final_norm"]
+    assert {"3×", "2×", "Input Embedding × √d_model", "Positional Encoding", "Linear (= embedding matrixᵀ)"} <= set(data["texts"])
+    assert data["texts"].count("Add & Norm") == 2 + 3  # every box of one layer of each stack is drawn
+    assert_png(tmp_path / "figure1.png", min_height=900)
+
+    # the deviations change the picture: pre-LN blocks and final norms, untied output layer, unscaled embeddings
+    config = VanillaTransformerConfig.base(vocab_size=300, encoder_layers=1, decoder_layers=1, norm_first=True,
+                                           tie_word_embeddings=False, scale_embedding=False,
+                                           position_embedding_type="learned")  # fmt: skip
+    data = plot_architecture(tmp_path / "variant.png", VanillaTransformerForConditionalGeneration(config))
+    assert data["encoder"]["layer"] == ["Norm", "Multi-Head Attention", "Add", "Norm", "Feed Forward", "Add"]
+    assert data["encoder"]["final_norm"] and data["decoder"]["final_norm"] and not data["shared_output_matrix"]
+    assert data["encoder"]["inputs"] == ["Input Embedding", "Learned Positions"]
+    assert "Linear" in data["texts"] and "Norm (final, pre-LN)" in data["texts"]
 
 
 # ------------------------------------------------------------------ §3.5 positional encodings

@@ -4,6 +4,7 @@ Every function here computes its data with the objects the model and the trainin
 it with matplotlib (the Agg renderer, no window, no pyplot state) into a PNG, and returns the data it
 plotted, so that tests can check the picture's content and not only that a file exists:
 
+    §3    the model (Figure 1)       -> plot_architecture          (read off a model's modules)
     §3.5  positional encodings       -> plot_positional_encoding   (the model's own ``pe`` buffer)
     §3.2.3 causal and padding masks  -> plot_masks                 (the model's create_causal_mask / create_bidirectional_mask)
     §5.3  learning-rate schedule     -> plot_learning_rate         (schedule.noam_learning_rate)
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import (
+    VanillaTransformerForConditionalGeneration,
     VanillaTransformerSinusoidalPositionalEncoding,
     create_bidirectional_mask,
     create_causal_mask,
@@ -43,6 +45,8 @@ __all__ = [
     "draw_attention",
     "draw_attention_maps",
     "label_smoothing_distribution",
+    "architecture",
+    "plot_architecture",
     "plot_attention",
     "plot_label_smoothing",
     "plot_learning_rate",
@@ -54,6 +58,7 @@ __all__ = [
 
 #: File names written by ``draw_all`` / ``vanilla-transformer visualize``.
 FILES = {
+    "architecture": "architecture.png",
     "positional_encoding": "positional_encoding.png",
     "masks": "masks.png",
     "learning_rate": "learning_rate.png",
@@ -115,13 +120,161 @@ def _label_fontsize(n: int) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# §3.5 Positional encodings
+# §3 The model (Figure 1), read off its modules
 # --------------------------------------------------------------------------------------------
 def _base_model(model):
     """The encoder–decoder inside a ...ForConditionalGeneration (or the model itself)."""
     return model.model if hasattr(model, "model") and hasattr(model.model, "encoder") else model
 
 
+def _layer_blocks(layer) -> list[str]:
+    """The boxes of one encoder or decoder layer, bottom up, from its sub-layer modules and its
+    ``norm_first`` (post-LN: Sub-layer, Add & Norm; pre-LN: Norm, Sub-layer, Add)."""
+    sublayers = [("self_attn", "Masked Multi-Head Attention" if layer.self_attn.is_causal else "Multi-Head Attention")]
+    if hasattr(layer, "encoder_attn"):  # a decoder layer: queries from below, keys and values from the encoder
+        sublayers.append(("encoder_attn", "Multi-Head Attention (K, V: encoder)"))
+    sublayers.append(("ffn", "Feed Forward"))
+    blocks = []
+    for _, name in sublayers:
+        blocks += ["Norm", name, "Add"] if layer.norm_first else [name, "Add & Norm"]
+    return blocks
+
+
+def architecture(model) -> dict[str, Any]:
+    """What Figure 1 shows, read off ``model`` (a VanillaTransformerModel or ...ForConditionalGeneration):
+    for each stack its input boxes, the boxes of one layer (bottom up), its number of layers and its
+    final norm (pre-LN only); whether the pre-softmax linear layer is the embedding matrix itself; and
+    the sizes the labels quote."""
+    base = _base_model(model)
+    config = model.config
+    stacks = {}
+    for side, stack in (("encoder", base.encoder), ("decoder", base.decoder)):
+        scaled = stack.embed_scale != 1.0
+        positions = "Positional Encoding" if config.position_embedding_type == "sinusoidal" else "Learned Positions"
+        stacks[side] = {
+            "inputs": [("Input" if side == "encoder" else "Output") + " Embedding" + (" × √d_model" if scaled else ""), positions],
+            "layer": _layer_blocks(stack.layers[0]),
+            "layers": len(stack.layers),
+            "final_norm": stack.layer_norm is not None,
+        }
+    head = getattr(model, "lm_head", None)
+    shared = head is not None and head.weight is base.encoder.embed_tokens.weight  # tied: one Parameter
+    return {
+        **stacks,
+        "shared_output_matrix": shared,
+        "sizes": {"d_model": config.d_model, "heads": config.encoder_attention_heads, "d_ff": config.encoder_ffn_dim,
+                  "vocab": config.vocab_size},  # fmt: skip
+    }
+
+
+def _paper_base_model():
+    """The paper's base model (Table 3), built on the meta device: its modules without its 63M numbers."""
+    with torch.device("meta"):
+        return VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.base())
+
+
+def plot_architecture(path: str | Path, model) -> dict[str, Any]:
+    """The paper's Figure 1, drawn from ``model``'s own modules (see ``architecture``): the encoder on the
+    left, the decoder on the right, one layer of each with "N×" its count, the residual connections, and
+    the encoder's output entering every decoder layer's encoder–decoder attention.
+
+    Returns ``architecture(model)`` plus ``"texts"`` (every label drawn) and ``"path"``.
+    """
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    plan = architecture(model)
+    colours = {"Attention": "#fbe3c4", "Feed Forward": "#cfe8f7", "Norm": "#f6f3b5", "Add": "#f6f3b5",
+               "Embedding": "#f7d0d0", "Linear": "#dcd0f0", "Softmax": "#d4efd4"}  # fmt: skip
+    width, height, gap = 3.4, 0.55, 0.3
+    texts: list[str] = []
+    fig = _figure(9.5, 11)
+    ax = fig.subplots()
+    ax.set_axis_off()
+
+    def box(x, y, label):
+        colour = next((c for key, c in colours.items() if key in label), "#eeeeee")
+        ax.add_patch(FancyBboxPatch((x - width / 2, y), width, height, boxstyle="round,pad=0.02,rounding_size=0.1",
+                                    facecolor=colour, edgecolor="#444444", linewidth=1))  # fmt: skip
+        ax.text(x, y + height / 2, label, ha="center", va="center", fontsize=9.5)
+        texts.append(label)
+        return y + height
+
+    def arrow(start, end, **style):
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11, color="#333333", linewidth=1.1, **style))
+
+    def stack(x, side, caption):
+        """Draw one stack bottom up; return the y of its top and the y of each box's middle, by label index."""
+        s = plan[side]
+        y = 0.0
+        ax.text(x, y, caption, ha="center", va="bottom", fontsize=10, style="italic")
+        texts.append(caption)
+        y += 0.45
+        arrow((x, y), (x, y + gap))
+        y = box(x, y + gap, s["inputs"][0])
+        arrow((x, y), (x, y + gap))
+        ax.text(x, y + gap + 0.12, "+", ha="center", va="center", fontsize=15)  # embeddings + positions
+        outside = -1 if side == "encoder" else 1  # labels and residual paths on the outer side of each stack
+        ax.text(x + outside * 0.3, y + gap + 0.12, s["inputs"][1], ha="left" if outside > 0 else "right", va="center", fontsize=9)
+        texts.append(s["inputs"][1])
+        y += gap + 0.25
+        layer_bottom = y + gap / 2
+        middles = []
+        residual_from = y + gap / 2
+        for label in s["layer"]:
+            arrow((x, y), (x, y + gap))
+            bottom = y + gap
+            y = box(x, bottom, label)
+            middles.append((label, bottom + height / 2))
+            if label.startswith("Add"):  # the residual: from below the sub-layer (and its norm) to the sum
+                side_x = x + (width / 2 + 0.25) * outside
+                ax.plot([x, side_x, side_x], [residual_from, residual_from, bottom + height / 2], color="#777777", linewidth=1)
+                arrow((side_x, bottom + height / 2), (x + (width / 2) * outside, bottom + height / 2))
+                residual_from = y + gap / 2
+        frame_top = y + gap / 2
+        ax.add_patch(FancyBboxPatch((x - width / 2 - 0.45, layer_bottom), width + 0.9, frame_top - layer_bottom,
+                                    boxstyle="round,pad=0.05,rounding_size=0.2", facecolor="none", edgecolor="#888888",
+                                    linewidth=1.2))  # fmt: skip
+        count = f"{s['layers']}×"
+        ax.text(x + outside * (width / 2 + 0.75), (layer_bottom + frame_top) / 2, count,
+                ha="center", va="center", fontsize=13, weight="bold")  # fmt: skip
+        texts.append(count)
+        if s["final_norm"]:
+            arrow((x, frame_top), (x, frame_top + gap))
+            y = box(x, frame_top + gap, "Norm (final, pre-LN)")
+        else:
+            y = frame_top
+        return y, middles
+
+    encoder_x, decoder_x = 2.6, 7.4
+    encoder_top, _ = stack(encoder_x, "encoder", "Inputs (source tokens)")
+    decoder_top, decoder_middles = stack(decoder_x, "decoder", "Outputs (target tokens, shifted right)")
+    cross = next(middle for label, middle in decoder_middles if "K, V" in label)
+    route_y = encoder_top + 0.35  # the encoder's output goes up, across, and into every decoder layer
+    ax.plot([encoder_x, encoder_x, (encoder_x + decoder_x) / 2, (encoder_x + decoder_x) / 2],
+            [encoder_top, route_y, route_y, cross], color="#333333", linewidth=1.1)  # fmt: skip
+    arrow(((encoder_x + decoder_x) / 2, cross), (decoder_x - width / 2, cross))
+    ax.text(encoder_x, route_y + 0.12, "encoder output (K, V)", ha="center", va="bottom", fontsize=8.5)
+    texts.append("encoder output (K, V)")
+    linear = "Linear (= embedding matrixᵀ)" if plan["shared_output_matrix"] else "Linear"
+    y = decoder_top
+    for label in (linear, "Softmax"):
+        arrow((decoder_x, y), (decoder_x, y + gap))
+        y = box(decoder_x, y + gap, label)
+    arrow((decoder_x, y), (decoder_x, y + gap))
+    ax.text(decoder_x, y + gap + 0.05, "Output probabilities", ha="center", va="bottom", fontsize=10, style="italic")
+    texts.append("Output probabilities")
+    sizes = plan["sizes"]
+    title = (f"The Transformer (Figure 1), read off this model: d_model {sizes['d_model']}, {sizes['heads']} heads, "
+             f"d_ff {sizes['d_ff']}, vocabulary {sizes['vocab']:,}")  # fmt: skip
+    ax.set_title(title, fontsize=10.5)
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.2, y + gap + 0.6)
+    return {**plan, "texts": texts, "path": _save(fig, path)}
+
+
+# --------------------------------------------------------------------------------------------
+# §3.5 Positional encodings
+# --------------------------------------------------------------------------------------------
 def plot_positional_encoding(
     path: str | Path,
     model=None,
@@ -685,14 +838,15 @@ def draw_all(
     heads: Sequence[int] | None = None,
     num_beams: int | None = None,
 ) -> list[Path]:
-    """Write every picture into ``output_dir``; the attention maps only when ``model``, ``tokenizer``
-    and ``source`` are given. Returns the paths written."""
+    """Write every picture into ``output_dir``: Figure 1 of ``model`` (or of the paper's base model), and
+    the attention maps only when ``model``, ``tokenizer`` and ``source`` are given. Returns the paths written."""
     output_dir = Path(output_dir)
     if model is not None and (tokenizer is None or source is None):
         raise ValueError("The attention maps need the model's tokenizer and a source sentence.")
     if model is not None:  # fail on a bad layer / head before drawing anything
         _check_layer_and_heads(model.config, layer, heads)
-    paths = [plot_positional_encoding(output_dir / FILES["positional_encoding"], model=model)["path"]]
+    paths = [plot_architecture(output_dir / FILES["architecture"], model if model is not None else _paper_base_model())["path"]]
+    paths.append(plot_positional_encoding(output_dir / FILES["positional_encoding"], model=model)["path"])
     if tokenizer is not None and source is not None:
         masks = plot_masks(output_dir / FILES["masks"], tokenizer, [source, _shorter_sentence(source)],
                            config=None if model is None else model.config)  # fmt: skip
