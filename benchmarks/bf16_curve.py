@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from vanilla_transformer.training import train  # noqa: E402
 from vanilla_transformer.training_config import TrainConfig  # noqa: E402
+from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
 # the model and recipe of benchmarks/multi30k.py (one process)
 MODEL = {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
@@ -94,7 +95,8 @@ def draw(fp32: dict, bf16: dict, comparison: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--data", type=Path, default=multi30k_folder(),
+                        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)")
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--steps", type=int, default=300)
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--workdir", type=Path, default=ROOT / "outputs" / "bf16-vs-fp32")
     args = parser.parse_args(argv)
+    check_multi30k(args.data, parser, splits=("train",))
     if args.workdir.exists():
         import shutil
 

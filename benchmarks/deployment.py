@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from reporting import check_multi30k, multi30k_folder  # benchmarks/reporting.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("ours", "Marian", "CTranslate2 float32", "CTranslate2 int8")
@@ -272,7 +273,8 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="a saved model folder (e.g. RUN/final of a Multi30k run)")
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--data", type=Path, default=multi30k_folder(),
+                        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every engine (default: all cores)")
     parser.add_argument("--sentences", type=int, default=256, help="sentences of the beam-search runs")
     parser.add_argument("--greedy-sentences", type=int, default=64, help="sentences of the greedy, batch-1 runs")
@@ -283,6 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--memory-child", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--exports", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    check_multi30k(args.data, parser, splits=("test_2016_flickr",), gz=False)
     if args.memory_child:
         memory_child(args)
         return {}

@@ -95,7 +95,7 @@ def throughput(dry_run: bool) -> dict:
         smoother = LabelSmoother(epsilon=0.1)
         workspace = {}  # the loss's logits kept from step to step, as the training loop keeps them
 
-        def step(workspace=workspace):
+        def step(workspace=workspace, model=model, optimizer=optimizer):
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 if kind == "ours":
                     loss = model(**data, smoothing=0.1, skip_logits=True, loss_workspace=workspace).loss

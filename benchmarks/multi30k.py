@@ -23,8 +23,9 @@ from pathlib import Path
 
 import torch
 
-from vanilla_transformer.training import train
+from vanilla_transformer.training import resolve_mixed_precision, train
 from vanilla_transformer.training_config import TrainConfig
+from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The sizes of the MarianMTModel baseline (with a joint 8k BPE).
@@ -93,9 +94,13 @@ def train_config(direction: str, minutes: float, recipe: dict, mixed_precision: 
     )  # fmt: skip
 
 
+def run_folder(output_root: Path, direction: str, minutes: float) -> Path:
+    return output_root / f"multi30k-{direction}-{minutes:g}min"
+
+
 def run(direction: str, minutes: float, data: Path, output_root: Path, mixed_precision: str) -> dict:
     """Train and score one direction in this process (one of several under torchrun); the row of the results."""
-    output_dir = str(output_root / f"multi30k-{direction}-{minutes:g}min")
+    output_dir = str(run_folder(output_root, direction, minutes))
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     summary = train(train_config(direction, minutes, RECIPE, mixed_precision, processes, str(data), output_dir))
     row = {"direction": direction, "minutes": minutes, "mixed_precision": mixed_precision, "recipe": RECIPE,
@@ -131,14 +136,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--directions", nargs="+", default=["de-en", "en-de"])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    parser.add_argument("--data", type=Path, default=multi30k_folder(),
+                        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)")
     parser.add_argument("--output-root", type=Path, default=ROOT / "outputs")
-    parser.add_argument("--mixed-precision", default="bf16", choices=["no", "bf16"], help="bf16 autocast (default) or fp32")
+    parser.add_argument("--mixed-precision", default="auto", choices=["auto", "no", "bf16"],
+                        help="bf16 autocast, fp32 (no), or auto (default): bf16 where the CPU or GPU has bf16 units")  # fmt: skip
     parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (torchrun, gloo); default 2")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
+    check_multi30k(args.data, parser)
+    # recorded as resolved; emulated bf16 (CPUs without AMX or AVX512-BF16) is about 20 times slower than fp32
+    args.mixed_precision = resolve_mixed_precision(args.mixed_precision, cpu=not torch.cuda.is_available())
     if args.processes < 1:
         parser.error(f"--processes {args.processes}: give 1 or more")
+    if "WORLD_SIZE" not in os.environ:  # checked once, before any process starts: a run is measured from scratch
+        earlier = [run_folder(args.output_root, d, args.minutes) for d in args.directions]
+        earlier = [folder for folder in earlier if (folder / "checkpoints").is_dir()]
+        if earlier:
+            parser.error(f"{', '.join(map(str, earlier))} holds an earlier run of this budget: move or delete it, or give "
+                         f"--output-root elsewhere (a benchmark run starts from scratch)")  # fmt: skip
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:
         sys.exit(_relaunch_under_torchrun(args.processes))
     main_process = int(os.environ.get("RANK", "0")) == 0

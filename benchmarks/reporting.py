@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: reading sentence files, naming the CPU, and writing a results pair
-(``NAME.json`` and ``NAME.md``) under ``benchmarks/results``."""
+"""What the benchmark scripts share: where Multi30k is, reading sentence files, naming the CPU, and writing a
+results pair (``NAME.json`` and ``NAME.md``) under ``benchmarks/results``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,25 @@ import json
 import os
 import platform
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def multi30k_folder() -> Path:
+    """Where the Multi30k scripts read it by default: ``data/multi30k`` in the repository, which
+    ``python scripts/get_multi30k.py`` fills, or else a ``shared/data/multi30k`` copy beside the repository."""
+    inside = ROOT / "data" / "multi30k"
+    return inside if inside.is_dir() else ROOT.parent / "shared" / "data" / "multi30k"
+
+
+def check_multi30k(folder: Path, parser, splits=("train", "val", "test_2016_flickr"), gz: bool = True) -> None:
+    """Stop with a usage error naming the fix when ``folder`` lacks one of the Multi30k files a script reads
+    (``<split>.en`` and ``<split>.de``; also accepted gzipped when ``gz``)."""
+    names = [f"{split}.{lang}" for split in splits for lang in ("en", "de")]
+    missing = [n for n in names if not (folder / n).is_file() and not (gz and (folder / f"{n}.gz").is_file())]
+    if missing:
+        parser.error(f"Multi30k is not in {folder} (missing: {', '.join(missing)}). Get it with "
+                     f"'python scripts/get_multi30k.py' (into data/multi30k, read by default), or give --data FOLDER.")  # fmt: skip
 
 
 def read_lines(path: Path, n: int | None = None) -> list[str]:

@@ -104,7 +104,7 @@ def make_steps(size: dict, output_dir: str) -> tuple[dict, dict]:
     package_model = speed.build("ours", size)
     package_optimizer = Seq2SeqTrainer(model=package_model, args=args).create_optimizer()
 
-    steps, checks = {}, {}
+    steps = {}
     for name, trainer in trainers.items():
         optimizer = trainer.create_optimizer()
         trainer.model.train()

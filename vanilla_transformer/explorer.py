@@ -17,7 +17,7 @@ shows that message. :func:`build_app` lays out the page, :func:`launch` serves i
 Nothing leaves the machine: Gradio's analytics are switched off (``GRADIO_ANALYTICS_ENABLED=False``, set
 before gradio is imported, and ``analytics_enabled=False``), and the page's fonts and scripts are served by
 the app itself (``tests/test_explorer.py`` counts, in a real browser, every request that is not to
-127.0.0.1: none). Needs gradio and matplotlib: ``pip install 'vanilla-transformer[app]'``.
+127.0.0.1: none). Needs gradio and matplotlib: ``pip install -e '.[app]'`` in a clone.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ KIND_NAMES = {
     "cross": "encoder–decoder attention",
 }
 ALL_HEADS = "all"
-INSTALL = "pip install 'vanilla-transformer[app]'"
+INSTALL = "pip install -e '.[app]' in a clone of this package (or pip install 'gradio>=6,<7' matplotlib)"
 MODEL_HINT = ("Give the folder that `vanilla-transformer train` saved (RUN/final), or any folder where "
               "save_pretrained wrote a model and its tokenizer.")  # fmt: skip
 

@@ -58,7 +58,7 @@ from .tokenization import check_tokenizer_matches_model, match_model_max_length,
 from .training_config import TrainConfig
 from .visualization import draw_attention_maps, require_matplotlib
 
-__all__ = ["TrainConfig", "push_folder_to_hub", "resolve_mixed_precision", "train"]
+__all__ = ["TrainConfig", "cpu_has_bf16_units", "push_folder_to_hub", "resolve_mixed_precision", "train"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,6 +243,8 @@ def train(config: TrainConfig) -> dict:
     _refuse_sharding(accelerator)
     log = accelerator.print
     log(f"{accelerator.num_processes} process(es) on {accelerator.device}, mixed precision {config.mixed_precision}")
+    if (warning := emulated_bf16_warning(config.mixed_precision, accelerator.device)) is not None:
+        log(warning)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
     test_delay("checkpoints", accelerator.process_index)
@@ -488,6 +490,13 @@ def push_folder_to_hub(
     return str(commit.commit_url)
 
 
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU computes in bf16 natively (AMX or AVX512-BF16), from torch.cpu's (private) feature
+    probes; without them torch emulates bf16, and a bf16 step is many times slower than fp32."""
+    units = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in units)
+
+
 def resolve_mixed_precision(mixed_precision: str, cpu: bool) -> str:
     """``auto`` -> ``bf16`` where the hardware has bf16 units: CUDA GPUs that support bf16, and CPUs with AMX
     or AVX512-BF16 (measured against fp32 by benchmarks/bf16_curve.py); ``no`` elsewhere. Other values are returned as given."""
@@ -495,8 +504,17 @@ def resolve_mixed_precision(mixed_precision: str, cpu: bool) -> str:
         return mixed_precision
     if not cpu:
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    units = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu's (private) feature probes
-    return "bf16" if any(getattr(torch.cpu, probe, lambda: False)() for probe in units) else "no"
+    return "bf16" if cpu_has_bf16_units() else "no"
+
+
+def emulated_bf16_warning(mixed_precision: str, device: torch.device) -> str | None:
+    """The warning for bf16 asked for on a CPU that has no bf16 units, or None."""
+    if mixed_precision != "bf16" or device.type != "cpu" or cpu_has_bf16_units():
+        return None
+    return (f"warning: mixed precision bf16 on a CPU without bf16 units ({torch.backends.cpu.get_cpu_capability()}, no AMX "
+            f"or AVX512-BF16): torch emulates bf16, and a training step of benchmarks/multi30k.py's model took about 20 "
+            f"times as long as in fp32 on such a CPU (docs/benchmarks.md). Use --mixed_precision no, or auto, which "
+            f"picks bf16 only where the CPU has the units.")  # fmt: skip
 
 
 def _refuse_sharding(accelerator) -> None:

@@ -13,7 +13,7 @@ plotted, so that tests can check the picture's content and not only that a file 
                                          (eager attention weights of a saved or training model)
 
 ``draw_all`` writes all of them into a folder; the command line is ``vanilla-transformer visualize``.
-Needs matplotlib: ``pip install 'vanilla-transformer[viz]'``.
+Needs matplotlib: ``pip install -e '.[viz]'`` in a clone.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as error:
-        raise ImportError("Pictures need matplotlib: pip install 'vanilla-transformer[viz]' (or matplotlib).") from error
+        raise ImportError("Pictures need matplotlib: pip install -e '.[viz]' in a clone of this package (or pip install matplotlib).") from error
 
 
 def _figure(width: float, height: float):

@@ -1,0 +1,150 @@
+"""The measured numbers of the README and docs/ come from the results files.
+
+Each claim below rebuilds a piece of a page's text from a results file (``benchmarks/results/*`` or
+``model_cards/results/*``) and asserts that the page contains it, so a stale or mistyped number fails. Every
+number that looks measured (a decimal, a ratio ``N×``, a share ``N %``) in the README's results table must be
+part of a claim. A rerun that changes a results file fails here until the pages say the new numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@cache
+def load(name: str) -> dict:
+    folder = ROOT / "model_cards" / "results" if name.startswith("tatoeba") else RESULTS
+    return json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def page(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def span(values, digits: int = 2, unit: str = "×") -> str:
+    """'1.33–1.83×': the range of ``values`` as the pages write it."""
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}–{high:.{digits}f}{unit}"
+
+
+def multi30k_row(direction: str) -> dict:
+    return next(r for r in load("multi30k-60min")["results"] if r["direction"] == direction)
+
+
+def speed_rows(section: str, **match) -> list[dict]:
+    return [r for r in load("speed")[section] if all(r[k] == v for k, v in match.items())]
+
+
+def deployment(setting: str, engine: str) -> float:
+    return next(r["vs_marian"] for r in load("deployment")["speed"] if r["setting"] == setting and r["engine"] == engine)
+
+
+def table3_val_bleu(row: str) -> list[float]:
+    return [r["val"]["bleu"] for r in load("table3")["runs"] if r["row"] == row]
+
+
+def before_after(number: str) -> str:
+    """A number of the run before a change, which a results page records (its text is the source)."""
+    text = (RESULTS / "attention-bias-rerun.md").read_text(encoding="utf-8")
+    assert number in text, f"{number} is not in attention-bias-rerun.md"
+    return number
+
+
+def machine_of_speed() -> str:
+    cpu = load("speed")["environment"]["cpu"]
+    assert cpu.startswith("Intel(R) Xeon(R)"), cpu  # the README names it
+    return f"Intel Xeon with AMX, {load('speed')['environment']['threads']} cores"
+
+
+def claims() -> list[tuple[str, str]]:
+    """(page, text the page must contain), each text built from a results file."""
+    main_job = load("tatoeba_en_de_small")["test"]
+    de_en, en_de = multi30k_row("de-en"), multi30k_row("en-de")
+    tatoeba, multi30k = load("length-penalty-tatoeba-en-de"), load("length-penalty-multi30k-de-en")
+    identical = [tatoeba["identical_share"], multi30k["identical_share"]]
+    base_bf16 = speed_rows("train", size="base", precision="bf16")[0]
+    base_fp32 = speed_rows("train", size="base", precision="fp32")[0]
+    bf16 = load("bf16-vs-fp32")
+    kills = load("kill-resume")
+    memory = {r["engine"]: r for r in load("deployment")["memory"]}
+    readme = [
+        f"test sacreBLEU **{main_job['bleu']:.2f}**, chrF {main_job['chrf']:.2f} ({main_job['n']:,} sentences",
+        f"before: {before_after('25.91')} / {before_after('46.06')}",
+        f"de→en sacreBLEU **{de_en['test']['bleu']:.2f}** (chrF {de_en['test']['chrf']:.2f}",
+        f"before: {before_after('40.05')}",
+        f"en→de **{en_de['test']['bleu']:.2f}** (chrF {en_de['test']['chrf']:.2f}",
+        f"Tatoeba {tatoeba['forms']['power']['bleu']:.2f} / {tatoeba['forms']['gnmt']['bleu']:.2f}, "
+        f"Multi30k de→en {multi30k['forms']['power']['bleu']:.2f} / {multi30k['forms']['gnmt']['bleu']:.2f} sacreBLEU",
+        f"{round(100 * min(identical))} % of outputs identical" if round(100 * min(identical)) == round(100 * max(identical))
+        else f"{span([100 * x for x in identical], 0, ' %')} of outputs identical",
+        f"paired bootstrap p {tatoeba['paired_bootstrap']['p_value']:.3f} / {multi30k['paired_bootstrap']['p_value']:.3f}",
+        f"base val BLEU {span(table3_val_bleu('base'), 2, '')} over {len(table3_val_bleu('base'))} seeds",
+        f"(none: {table3_val_bleu('D-drop0.0')[0]:.1f}, 0.5: {table3_val_bleu('D-drop0.5')[0]:.1f})",
+        f"{span([r['ratio'] for r in speed_rows('train')])} its target tokens/s at the same precision",
+        f"base bf16 {base_bf16['ours_tokens_per_s'] / base_fp32['marian_tokens_per_s']:.2f}× Marian fp32",
+        f"{span([r['ratio'] for r in speed_rows('generate', beams=4, batch=32)])} its new tokens/s / "
+        f"{span([r['ratio'] for r in speed_rows('generate', beams=1, batch=1)])}",
+        f"beam 4, batch 32: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8'):.2f}×**, float32 "
+        f"**{deployment('beam 4, batch 32', 'CTranslate2 float32'):.2f}×** its tokens/s; greedy, batch 1: "
+        f"{deployment('greedy, batch 1', 'CTranslate2 int8'):.2f}× / {deployment('greedy, batch 1', 'CTranslate2 float32'):.2f}×; "
+        f"int8 adds {memory['CTranslate2 int8']['added_vs_marian']:.2f}× Marian's memory",
+        f"Peak training memory against Marian | {span([r['ratio'] for r in speed_rows('memory')])}",
+        f"{bf16['speedup_bf16']:.2f}× target tokens/s; loss within {100 * bf16['max_relative_gap_train']:.2f} % (training), "
+        f"{100 * bf16['max_relative_gap_valid']:.2f} % (validation)",
+        f"{kills['kills']} SIGKILLs, {kills['resumes_matching_reference']} resumes all matching the uninterrupted run",
+        machine_of_speed(),
+    ]
+    benchmarks = [
+        f"trained {de_en['step']:,} steps in {de_en['loop_seconds']:,.0f} s, "
+        f"{de_en['step'] / de_en['loop_seconds']:.2f} optimizer steps/s and "
+        f"{de_en['target_tokens'] / de_en['loop_seconds']:,.0f} target tokens/s",
+    ]
+    return [("README.md", text) for text in readme] + [("docs/benchmarks.md", text) for text in benchmarks]
+
+
+def unmatched(claimed: list[tuple[str, str]], pages: dict[str, str]) -> list[tuple[str, str]]:
+    """The claims whose text is not in its page."""
+    return [(where, text) for where, text in claimed if text not in pages[where]]
+
+
+@pytest.mark.parametrize("where, text", claims(), ids=lambda value: str(value)[:60])
+def test_the_page_says_what_the_results_file_says(where, text):
+    assert not unmatched([(where, text)], {where: page(where)}), f"{where} should say, from its results file: {text}"
+
+
+def test_a_changed_number_is_caught():
+    """One digit of the README's headline changed: exactly the claim that quotes it fails."""
+    claimed = claims()
+    bleu = f"{multi30k_row('de-en')['test']['bleu']:.2f}"
+    readme = page("README.md")
+    assert readme.count(f"**{bleu}**") == 1
+    wrong = readme.replace(f"**{bleu}**", f"**{bleu[:-1]}{(int(bleu[-1]) + 1) % 10}**")
+    pages = {name: page(name) for name in {where for where, _ in claimed}} | {"README.md": wrong}
+    assert [text for _, text in unmatched(claimed, pages)] == [t for w, t in claimed if w == "README.md" and f"**{bleu}**" in t]
+
+
+MEASURED = re.compile(r"\d[\d,]*(?:\.\d+)?(?:–\d[\d,]*(?:\.\d+)?)?\s?(?:×|%)|\d+\.\d+")
+
+
+def test_every_measured_number_of_the_readmes_results_table_is_checked():
+    """Each decimal, ratio or share in the "result" column lies inside a claim's text in its row."""
+    claimed = [text for where, text in claims() if where == "README.md"]
+    section = page("README.md").split("## Results", 1)[1].split("\n## ", 1)[0]
+    unchecked = []
+    for row in (line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| what")):
+        cell_start = row.index(" | ") + 3
+        cell = row[cell_start : row.index(" | ", cell_start)]
+        spans = [(m.start(), m.end()) for text in claimed for m in re.finditer(re.escape(text), row)]
+        for number in MEASURED.finditer(cell):
+            start, end = cell_start + number.start(), cell_start + number.end()
+            if not any(a <= start and end <= b for a, b in spans):
+                unchecked.append(number.group(0))
+    assert not unchecked, f"numbers in the README's results table that no claim checks: {unchecked}"
