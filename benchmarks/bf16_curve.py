@@ -23,26 +23,59 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vanilla_transformer.training import train  # noqa: E402
-from vanilla_transformer.training_config import TrainConfig  # noqa: E402
 from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
+from vanilla_transformer.training import train  # noqa: E402
+from vanilla_transformer.training_config import TrainConfig  # noqa: E402
+
 # the model and recipe of benchmarks/multi30k.py (one process)
-MODEL = {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
-         "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024, "dropout": 0.3}  # fmt: skip
-SMOKE_MODEL = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-               "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "dropout": 0.1}  # fmt: skip
+MODEL = {
+    "d_model": 256,
+    "encoder_layers": 3,
+    "decoder_layers": 3,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 1024,
+    "decoder_ffn_dim": 1024,
+    "dropout": 0.3,
+}
+SMOKE_MODEL = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "dropout": 0.1,
+}
 
 
 def run(precision: str, args: argparse.Namespace, tokenizer: Path | None) -> dict:
     config = TrainConfig(
-        dataset_name=str(args.data), source_lang=args.src_lang, target_lang=args.tgt_lang, validation_split="validation", test_split=None,
-        tokenizer_name=None if tokenizer is None else str(tokenizer), vocab_size=400 if args.smoke else 8000,
-        config_overrides=SMOKE_MODEL if args.smoke else MODEL, max_tokens=256 if args.smoke else 2500, warmup_steps=300,
-        lr_factor=0.3, max_steps=args.steps, logging_steps=args.log_every, eval_steps=args.eval_every,
-        eval_bleu_sentences=0, save_steps=10**6, save_total_limit=1, average_last=1, mixed_precision=precision,
-        seed=args.seed, output_dir=str(args.workdir / precision), disable_tqdm=args.smoke,
-    )  # fmt: skip
+        dataset_name=str(args.data),
+        source_lang=args.src_lang,
+        target_lang=args.tgt_lang,
+        validation_split="validation",
+        test_split=None,
+        tokenizer_name=None if tokenizer is None else str(tokenizer),
+        vocab_size=400 if args.smoke else 8000,
+        config_overrides=SMOKE_MODEL if args.smoke else MODEL,
+        max_tokens=256 if args.smoke else 2500,
+        warmup_steps=300,
+        lr_factor=0.3,
+        max_steps=args.steps,
+        logging_steps=args.log_every,
+        eval_steps=args.eval_every,
+        eval_bleu_sentences=0,
+        save_steps=10**6,
+        save_total_limit=1,
+        average_last=1,
+        mixed_precision=precision,
+        seed=args.seed,
+        output_dir=str(args.workdir / precision),
+        disable_tqdm=args.smoke,
+    )
     summary = train(config)
     state_file = sorted((args.workdir / precision / "checkpoints").glob("checkpoint-*/trainer_state.json"))[-1]
     history = json.loads(state_file.read_text())["history"]
@@ -77,15 +110,23 @@ def draw(fp32: dict, bf16: dict, comparison: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
     for run_, color in ((fp32, "tab:blue"), (bf16, "tab:orange")):
         steps, losses = zip(*run_["train"])
-        ax.plot(steps, losses, color=color, lw=1.4, label=f"{run_['precision']} training loss "
-                f"({run_['target_tokens_per_s']:,.0f} target tokens/s)")  # fmt: skip
+        ax.plot(
+            steps,
+            losses,
+            color=color,
+            lw=1.4,
+            label=f"{run_['precision']} training loss ({run_['target_tokens_per_s']:,.0f} target tokens/s)",
+        )
         if run_["valid"]:
             steps, losses = zip(*run_["valid"])
             ax.plot(steps, losses, "o--", color=color, ms=5, label=f"{run_['precision']} validation loss")
     ax.set_xlabel("step")
     ax.set_ylabel("label-smoothed cross-entropy (nats per target token)")
-    ax.set_title(f"bf16 autocast vs fp32: largest relative gap {comparison['max_relative_gap_train']:.2%} (training), "
-                 f"{comparison['max_relative_gap_valid']:.2%} (validation)", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"bf16 autocast vs fp32: largest relative gap {comparison['max_relative_gap_train']:.2%} (training), "
+        f"{comparison['max_relative_gap_valid']:.2%} (validation)",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -95,8 +136,12 @@ def draw(fp32: dict, bf16: dict, comparison: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=multi30k_folder(),
-                        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=multi30k_folder(),
+        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)",
+    )
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--steps", type=int, default=300)
@@ -124,11 +169,13 @@ def main(argv: list[str] | None = None) -> dict:
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "bf16-vs-fp32.json").write_text(json.dumps(report, indent=2) + "\n")
     draw(fp32, bf16, comparison, args.output / "bf16-vs-fp32.png")
-    lines = ["| steps | fp32 tokens/s | bf16 tokens/s | bf16 speed-up | largest gap, training loss | mean gap | largest gap, validation loss |",
-             "|---|---|---|---|---|---|---|",
-             f"| {args.steps} | {fp32['target_tokens_per_s']:,.0f} | {bf16['target_tokens_per_s']:,.0f} | "
-             f"{comparison['speedup_bf16']:.2f}x | {comparison['max_relative_gap_train']:.2%} | "
-             f"{comparison['mean_relative_gap_train']:.2%} | {comparison['max_relative_gap_valid']:.2%} |"]  # fmt: skip
+    lines = [
+        "| steps | fp32 tokens/s | bf16 tokens/s | bf16 speed-up | largest gap, training loss | mean gap | largest gap, validation loss |",
+        "|---|---|---|---|---|---|---|",
+        f"| {args.steps} | {fp32['target_tokens_per_s']:,.0f} | {bf16['target_tokens_per_s']:,.0f} | "
+        f"{comparison['speedup_bf16']:.2f}x | {comparison['max_relative_gap_train']:.2%} | "
+        f"{comparison['mean_relative_gap_train']:.2%} | {comparison['max_relative_gap_valid']:.2%} |",
+    ]
     (args.output / "bf16-vs-fp32.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return report

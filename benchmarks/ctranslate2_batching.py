@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reporting import cpu_name, read_lines, shown_command, write_report  # noqa: E402  (benchmarks/reporting.py)
+
 from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
 
 BEAMS, ALPHA, BATCH = 4, 0.6, 32
-
 
 
 def direct_run(translator: CTranslate2Translator, texts: list[str]):
@@ -52,10 +52,15 @@ def direct_run(translator: CTranslate2Translator, texts: list[str]):
     def run() -> None:
         for batch in batches:
             translator.translator.translate_batch(
-                [tokens[i] for i in batch], beam_size=BEAMS, length_penalty=ALPHA, min_decoding_length=0,
-                max_decoding_length=max(len(encoded[i]) for i in batch) + offset - 1, max_input_length=0,
-                return_end_token=True, max_batch_size=0,
-            )  # fmt: skip
+                [tokens[i] for i in batch],
+                beam_size=BEAMS,
+                length_penalty=ALPHA,
+                min_decoding_length=0,
+                max_decoding_length=max(len(encoded[i]) for i in batch) + offset - 1,
+                max_input_length=0,
+                return_end_token=True,
+                max_batch_size=0,
+            )
 
     return run
 
@@ -65,7 +70,9 @@ def measure(translator: CTranslate2Translator, texts: list[str], repeats: int) -
         return translator.translate_ids(texts, batch_size=BATCH, num_beams=BEAMS, length_penalty=ALPHA)
 
     def exact() -> list[list[int]]:
-        return translator.translate_ids(texts, batch_size=BATCH, num_beams=BEAMS, length_penalty=ALPHA, group_by_limit=True)
+        return translator.translate_ids(
+            texts, batch_size=BATCH, num_beams=BEAMS, length_penalty=ALPHA, group_by_limit=True
+        )
 
     reference, mixed = exact(), package()
     redecoded = translator.redecoded
@@ -84,8 +91,15 @@ def measure(translator: CTranslate2Translator, texts: list[str], repeats: int) -
         "identical": len(texts) - len(differing),
         "identical_share": (len(texts) - len(differing)) / len(texts),
         "redecoded": redecoded,
-        "differing": [{"index": i, "source": texts[i], "exact": decode([reference[i]], skip_special_tokens=True)[0],
-                       "package": decode([mixed[i]], skip_special_tokens=True)[0]} for i in differing],  # fmt: skip
+        "differing": [
+            {
+                "index": i,
+                "source": texts[i],
+                "exact": decode([reference[i]], skip_special_tokens=True)[0],
+                "package": decode([mixed[i]], skip_special_tokens=True)[0],
+            }
+            for i in differing
+        ],
         "seconds": median,
         "package_vs_translate_batch": median["package"] / median["translate_batch"],
         "exact_vs_package": median["exact"] / median["package"],
@@ -94,13 +108,15 @@ def measure(translator: CTranslate2Translator, texts: list[str], repeats: int) -
 
 def markdown(report: dict) -> str:
     lines = [
-        f"`{report['command']}`", "",
+        f"`{report['command']}`",
+        "",
         f"{report['machine']}; {report['threads']} threads; CTranslate2 {report['ctranslate2']}; beam {BEAMS}, α {ALPHA}, "
-        f"batches of {BATCH}, per-sentence limit source length + 50.", "",
+        f"batches of {BATCH}, per-sentence limit source length + 50.",
+        "",
         "| quantization | sentences | identical to the exact path | decoded twice | exact s | package s | "
         "translate_batch s | package / translate_batch | exact / package |",
         "|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for name, row in report["quantizations"].items():
         s = row["seconds"]
         lines.append(
@@ -110,9 +126,13 @@ def markdown(report: dict) -> str:
         )
     for name, row in report["quantizations"].items():
         for d in row["differing"]:
-            lines += ["", f"{name}, sentence {d['index']}: {d['source']!r}", f"- exact: {d['exact']!r}", f"- package: {d['package']!r}"]
+            lines += [
+                "",
+                f"{name}, sentence {d['index']}: {d['source']!r}",
+                f"- exact: {d['exact']!r}",
+                f"- package: {d['package']!r}",
+            ]
     return "\n".join(lines) + "\n"
-
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -130,15 +150,22 @@ def main(argv: list[str] | None = None) -> dict:
 
     texts = read_lines(args.sources, args.sentences)
     name = args.name or args.model.resolve().parent.name
-    report = {"command": shown_command("ctranslate2_batching.py", argv if argv is not None else sys.argv[1:]), "machine": cpu_name(),
-              "threads": args.threads, "ctranslate2": ctranslate2.__version__, "quantizations": {}}  # fmt: skip
+    report = {
+        "command": shown_command("ctranslate2_batching.py", argv if argv is not None else sys.argv[1:]),
+        "machine": cpu_name(),
+        "threads": args.threads,
+        "ctranslate2": ctranslate2.__version__,
+        "quantizations": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for quantization in args.quantizations:
             folder = export_ctranslate2(args.model, Path(tmp) / quantization, quantization=quantization)
             row = measure(CTranslate2Translator(folder, threads=args.threads), texts, args.repeats)
             report["quantizations"][quantization] = row
-            print(f"{quantization}: {row['identical']}/{row['sentences']} identical, {row['redecoded']} decoded twice, "
-                  f"package {row['package_vs_translate_batch']:.2f}× translate_batch's time, exact {row['exact_vs_package']:.2f}× package's")  # fmt: skip
+            print(
+                f"{quantization}: {row['identical']}/{row['sentences']} identical, {row['redecoded']} decoded twice, "
+                f"package {row['package_vs_translate_batch']:.2f}× translate_batch's time, exact {row['exact_vs_package']:.2f}× package's"
+            )
     write_report(args.results_dir, f"ctranslate2-batching-{name}", report, markdown(report))
     return report
 

@@ -55,13 +55,25 @@ def marian_with_weights_of(model):
 
     c = model.config
     config = MarianConfig(
-        vocab_size=c.vocab_size, d_model=c.d_model, encoder_layers=c.encoder_layers, decoder_layers=c.decoder_layers,
-        encoder_attention_heads=c.encoder_attention_heads, decoder_attention_heads=c.decoder_attention_heads,
-        encoder_ffn_dim=c.encoder_ffn_dim, decoder_ffn_dim=c.decoder_ffn_dim, activation_function="relu",
-        scale_embedding=c.scale_embedding, max_position_embeddings=1024, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, pad_token_id=c.pad_token_id, eos_token_id=c.eos_token_id,
-        decoder_start_token_id=c.decoder_start_token_id, forced_eos_token_id=None, dropout=0.0,
-    )  # fmt: skip
+        vocab_size=c.vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.encoder_layers,
+        decoder_layers=c.decoder_layers,
+        encoder_attention_heads=c.encoder_attention_heads,
+        decoder_attention_heads=c.decoder_attention_heads,
+        encoder_ffn_dim=c.encoder_ffn_dim,
+        decoder_ffn_dim=c.decoder_ffn_dim,
+        activation_function="relu",
+        scale_embedding=c.scale_embedding,
+        max_position_embeddings=1024,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=c.pad_token_id,
+        eos_token_id=c.eos_token_id,
+        decoder_start_token_id=c.decoder_start_token_id,
+        forced_eos_token_id=None,
+        dropout=0.0,
+    )
     marian = MarianMTModel(config).eval()
     state = {name.replace(".ffn.", "."): value for name, value in model.state_dict().items()}
     table = sinusoidal_position_encoding(torch.arange(config.max_position_embeddings), c.d_model)
@@ -71,7 +83,11 @@ def marian_with_weights_of(model):
         if "_proj.bias" in name and name not in state:  # attention_bias=False: the same function with zero biases
             state[name] = torch.zeros_like(value)
     missing, unexpected = marian.load_state_dict(state, strict=False)
-    assert set(missing) <= {"final_logits_bias", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}, missing
+    assert set(missing) <= {
+        "final_logits_bias",
+        "model.encoder.embed_tokens.weight",
+        "model.decoder.embed_tokens.weight",
+    }, missing
     assert not unexpected, unexpected
     return marian
 
@@ -92,8 +108,10 @@ def check_same_function(model, marian, tokenizer, sources: list[str]) -> float:
 def hf_batches(tokenizer, texts: list[str], batch_size: int) -> list[dict]:
     """Longest first, ``batch_size`` sentences a batch, right-padded (as ``evaluation.translate`` batches)."""
     order = sorted(range(len(texts)), key=lambda i: -len(tokenizer(texts[i])["input_ids"]))
-    return [tokenizer([texts[i] for i in order[s : s + batch_size]], padding=True, return_tensors="pt")
-            for s in range(0, len(order), batch_size)]  # fmt: skip
+    return [
+        tokenizer([texts[i] for i in order[s : s + batch_size]], padding=True, return_tensors="pt")
+        for s in range(0, len(order), batch_size)
+    ]
 
 
 def generated_tokens(sequences: torch.Tensor, eos: int) -> int:
@@ -163,13 +181,24 @@ def speed(args, loaded: dict, texts: dict) -> list[dict]:
                 seconds[engine].append(time.perf_counter() - start)
         for engine in ENGINES:
             median = statistics.median(seconds[engine])
-            rows.append({"setting": name, "engine": engine, "sentences": len(sentences), "target_tokens": tokens[engine],
-                         "seconds": median, "tokens_per_s": tokens[engine] / median})  # fmt: skip
+            rows.append(
+                {
+                    "setting": name,
+                    "engine": engine,
+                    "sentences": len(sentences),
+                    "target_tokens": tokens[engine],
+                    "seconds": median,
+                    "tokens_per_s": tokens[engine] / median,
+                }
+            )
         marian = next(r["tokens_per_s"] for r in rows if r["setting"] == name and r["engine"] == "Marian")
         for row in rows:
             if row["setting"] == name:
                 row["vs_marian"] = row["tokens_per_s"] / marian
-        print(f"{name}: " + ", ".join(f"{r['engine']} {r['tokens_per_s']:.0f} tok/s" for r in rows if r["setting"] == name))
+        print(
+            f"{name}: "
+            + ", ".join(f"{r['engine']} {r['tokens_per_s']:.0f} tok/s" for r in rows if r["setting"] == name)
+        )
     return rows
 
 
@@ -202,13 +231,33 @@ def _peak_rss() -> int:
 def memory(args, exports: dict) -> list[dict]:
     rows = []
     for engine in ENGINES:
-        command = [sys.executable, __file__, "--model", str(args.model), "--data", str(args.data), "--threads",
-                   str(args.threads), "--sentences", str(args.sentences), "--memory-child", engine,
-                   "--exports", json.dumps({k: str(v) for k, v in exports.items()})]  # fmt: skip
-        out = subprocess.run(command, capture_output=True, text=True, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        command = [
+            sys.executable,
+            __file__,
+            "--model",
+            str(args.model),
+            "--data",
+            str(args.data),
+            "--threads",
+            str(args.threads),
+            "--sentences",
+            str(args.sentences),
+            "--memory-child",
+            engine,
+            "--exports",
+            json.dumps({k: str(v) for k, v in exports.items()}),
+        ]
+        out = subprocess.run(
+            command, capture_output=True, text=True, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        )
         figures = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append({"engine": engine, "peak_rss_mb": figures["peak_rss"] / 2**20,
-                     "added_rss_mb": (figures["peak_rss"] - figures["after_imports"]) / 2**20})  # fmt: skip
+        rows.append(
+            {
+                "engine": engine,
+                "peak_rss_mb": figures["peak_rss"] / 2**20,
+                "added_rss_mb": (figures["peak_rss"] - figures["after_imports"]) / 2**20,
+            }
+        )
     marian = next(r for r in rows if r["engine"] == "Marian")
     for row in rows:
         row["peak_vs_marian"] = row["peak_rss_mb"] / marian["peak_rss_mb"]
@@ -234,8 +283,16 @@ def bleu(args, loaded: dict) -> list[dict]:
     for name, hypotheses in outputs.items():
         result = score(hypotheses, references)
         same = sum(a == b for a, b in zip(hypotheses, outputs["ours"]))
-        rows.append({"engine": name, "bleu": result["bleu"], "chrf": result["chrf"], "signature": result["bleu_signature"],
-                     "same_as_ours": same, "sentences": len(sources)})  # fmt: skip
+        rows.append(
+            {
+                "engine": name,
+                "bleu": result["bleu"],
+                "chrf": result["chrf"],
+                "signature": result["bleu_signature"],
+                "same_as_ours": same,
+                "sentences": len(sources),
+            }
+        )
         print(f"{name}: sacreBLEU {result['bleu']:.2f}, {same}/{len(sources)} translations as ours")
     return rows
 
@@ -253,29 +310,53 @@ def markdown(results: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results["speed"]:
-        lines.append(f"| {r['setting']} | {r['engine']} | {r['sentences']} | {r['target_tokens']} | {r['seconds']:.2f} | "
-                     f"{r['tokens_per_s']:.0f} | **{r['vs_marian']:.2f}×** |")  # fmt: skip
+        lines.append(
+            f"| {r['setting']} | {r['engine']} | {r['sentences']} | {r['target_tokens']} | {r['seconds']:.2f} | "
+            f"{r['tokens_per_s']:.0f} | **{r['vs_marian']:.2f}×** |"
+        )
     if results.get("memory"):
-        lines += ["", "Memory of a fresh process that loads the engine and translates the beam batches:", "",
-                  "| engine | peak RSS (MB) | vs Marian | added after imports (MB) | vs Marian |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "Memory of a fresh process that loads the engine and translates the beam batches:",
+            "",
+            "| engine | peak RSS (MB) | vs Marian | added after imports (MB) | vs Marian |",
+            "|---|---|---|---|---|",
+        ]
         for r in results["memory"]:
-            lines.append(f"| {r['engine']} | {r['peak_rss_mb']:.0f} | {r['peak_vs_marian']:.2f} | {r['added_rss_mb']:.0f} | "
-                         f"{r['added_vs_marian']:.2f} |")  # fmt: skip
+            lines.append(
+                f"| {r['engine']} | {r['peak_rss_mb']:.0f} | {r['peak_vs_marian']:.2f} | {r['added_rss_mb']:.0f} | "
+                f"{r['added_vs_marian']:.2f} |"
+            )
     if results.get("bleu"):
-        lines += ["", "Whole test set (test_2016_flickr, 1,000 sentences, beam 4, α = 0.6, source + 50):", "",
-                  "| engine | sacreBLEU | chrF | translations equal to ours |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "Whole test set (test_2016_flickr, 1,000 sentences, beam 4, α = 0.6, source + 50):",
+            "",
+            "| engine | sacreBLEU | chrF | translations equal to ours |",
+            "|---|---|---|---|",
+        ]
         for r in results["bleu"]:
-            lines.append(f"| {r['engine']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['same_as_ours']} / {r['sentences']} |")
+            lines.append(
+                f"| {r['engine']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['same_as_ours']} / {r['sentences']} |"
+            )
         lines += ["", f"Signature: `{results['bleu'][0]['signature']}`"]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="a saved model folder (e.g. RUN/final of a Multi30k run)")
-    parser.add_argument("--data", type=Path, default=multi30k_folder(),
-                        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every engine (default: all cores)")
+    parser.add_argument(
+        "--model", type=Path, required=True, help="a saved model folder (e.g. RUN/final of a Multi30k run)"
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=multi30k_folder(),
+        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count(), help="threads of every engine (default: all cores)"
+    )
     parser.add_argument("--sentences", type=int, default=256, help="sentences of the beam-search runs")
     parser.add_argument("--greedy-sentences", type=int, default=64, help="sentences of the greedy, batch-1 runs")
     parser.add_argument("--repeats", type=int, default=3)
@@ -294,7 +375,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="deployment-") as tmp:
-        exports = {f"CTranslate2 {q}": export_ctranslate2(args.model, Path(tmp) / q, quantization=q) for q in ("float32", "int8")}
+        exports = {
+            f"CTranslate2 {q}": export_ctranslate2(args.model, Path(tmp) / q, quantization=q)
+            for q in ("float32", "int8")
+        }
         loaded = {engine: load_engine(engine, args.model, exports, args.threads) for engine in ENGINES}
         test = _read(args.data / "test_2016_flickr.de")
         texts = {"beam": test[: args.sentences], "greedy": test[: args.greedy_sentences]}
@@ -307,8 +391,11 @@ def main(argv: list[str] | None = None) -> dict:
             "model": args.model.name if args.model.name != "final" else f"{args.model.parent.name}/final",
             "parameters": sum(p.numel() for p in model.parameters()),
             "marian_logit_difference": check_same_function(model, loaded["Marian"][0], tokenizer, test[:8]),
-            "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                         "ctranslate2": __import__("ctranslate2").__version__},  # fmt: skip
+            "versions": {
+                "torch": torch.__version__,
+                "transformers": __import__("transformers").__version__,
+                "ctranslate2": __import__("ctranslate2").__version__,
+            },
         }
         results["speed"] = speed(args, loaded, texts)
         if not args.no_memory:

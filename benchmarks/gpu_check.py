@@ -45,18 +45,37 @@ def _step(results: dict, name: str, function, *args) -> None:
     try:
         results[name] = {"ok": True, **function(*args)}
     except Exception as error:  # recorded, and the next step runs
-        results[name] = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
+        results[name] = {
+            "ok": False,
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()[-3000:],
+        }
     results[name]["seconds"] = round(time.monotonic() - start, 1)
-    print(f"[gpu_check] {name}: {'ok' if results[name]['ok'] else 'FAILED ' + results[name]['error']} "
-          f"({results[name]['seconds']} s)", flush=True)  # fmt: skip
+    print(
+        f"[gpu_check] {name}: {'ok' if results[name]['ok'] else 'FAILED ' + results[name]['error']} "
+        f"({results[name]['seconds']} s)",
+        flush=True,
+    )
 
 
 def run_tests(dry_run: bool, limit: int) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if dry_run:
         env["VANILLA_TRANSFORMER_GPU_CHECK"] = "cpu"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", str(ROOT / "tests" / "test_gpu.py"),
-               "-rA", "--timeout", str(limit)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "gpu",
+        str(ROOT / "tests" / "test_gpu.py"),
+        "-rA",
+        "--timeout",
+        str(limit),
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit + 60)
     lines = [line for line in done.stdout.splitlines() if line.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR"))]
     if done.returncode not in (0,):
@@ -100,7 +119,10 @@ def throughput(dry_run: bool) -> dict:
                 if kind == "ours":
                     loss = model(**data, smoothing=0.1, skip_logits=True, loss_workspace=workspace).loss
                 else:
-                    out = model(input_ids=data["input_ids"], decoder_input_ids=model.prepare_decoder_input_ids_from_labels(data["labels"]))
+                    out = model(
+                        input_ids=data["input_ids"],
+                        decoder_input_ids=model.prepare_decoder_input_ids_from_labels(data["labels"]),
+                    )
                     loss = smoother(out, data["labels"], shift_labels=False)
             loss.backward()
             optimizer.step()
@@ -108,10 +130,19 @@ def throughput(dry_run: bool) -> dict:
 
         seconds = _timed(device, step, warmup=1 if dry_run else 3, repeats=1 if dry_run else 10)
         flops = speed.model_flops(size, n, src_len, tgt_len)
-        rows[kind] = {"step_ms": seconds * 1e3, "target_tokens_per_s": n * tgt_len / seconds, "model_tflops_per_s": flops / seconds / 1e12}
+        rows[kind] = {
+            "step_ms": seconds * 1e3,
+            "target_tokens_per_s": n * tgt_len / seconds,
+            "model_tflops_per_s": flops / seconds / 1e12,
+        }
         del model, optimizer
-    result = {"size": size, "batch": {"sentences": n, "source_tokens": src_len, "target_tokens": tgt_len},
-              "precision": "bf16 autocast", "rows": rows, "ours_vs_marian": rows["ours"]["target_tokens_per_s"] / rows["marian"]["target_tokens_per_s"]}  # fmt: skip
+    result = {
+        "size": size,
+        "batch": {"sentences": n, "source_tokens": src_len, "target_tokens": tgt_len},
+        "precision": "bf16 autocast",
+        "rows": rows,
+        "ours_vs_marian": rows["ours"]["target_tokens_per_s"] / rows["marian"]["target_tokens_per_s"],
+    }
     if device.type == "cuda":
         name = torch.cuda.get_device_name()
         datasheet = next((v for k, v in DATASHEET_BF16.items() if k in name), None)
@@ -129,7 +160,14 @@ def throughput(dry_run: bool) -> dict:
 def main_job(dry_run: bool, workdir: Path, limit: int) -> dict:
     output = workdir / "main-job"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    train = ["train", "--config", str(ROOT / "configs" / "tatoeba_en_de_small.yaml"), "--output_dir", str(output), "--disable_tqdm"]
+    train = [
+        "train",
+        "--config",
+        str(ROOT / "configs" / "tatoeba_en_de_small.yaml"),
+        "--output_dir",
+        str(output),
+        "--disable_tqdm",
+    ]
     if dry_run:  # a few hundred pairs of the bundled corpus, a tiny model, 2 steps
         import gzip
 
@@ -138,22 +176,61 @@ def main_job(dry_run: bool, workdir: Path, limit: int) -> dict:
         for split, n in {"train": 300, "valid": 20, "test": 10}.items():
             for lang in ("en", "de"):
                 with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                    (data / f"{split}.{lang}").write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
-        command = [sys.executable, "-m", "vanilla_transformer", *train, "--use_cpu", "--max-steps", "2", "--max-minutes", "1",
-                   "--dataset_name", str(data), "--vocab-size", "300",
-                   "--config_overrides", json.dumps({"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-                                               "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}),
-                   "--eval-bleu-sentences", "2"]  # fmt: skip
+                    (data / f"{split}.{lang}").write_text(
+                        "".join(line for _, line in zip(range(n), f)), encoding="utf-8"
+                    )
+        command = [
+            sys.executable,
+            "-m",
+            "vanilla_transformer",
+            *train,
+            "--use_cpu",
+            "--max-steps",
+            "2",
+            "--max-minutes",
+            "1",
+            "--dataset_name",
+            str(data),
+            "--vocab-size",
+            "300",
+            "--config_overrides",
+            json.dumps(
+                {
+                    "d_model": 32,
+                    "encoder_layers": 1,
+                    "decoder_layers": 1,
+                    "encoder_attention_heads": 2,
+                    "decoder_attention_heads": 2,
+                    "encoder_ffn_dim": 64,
+                    "decoder_ffn_dim": 64,
+                }
+            ),
+            "--eval-bleu-sentences",
+            "2",
+        ]
     else:
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / "1gpu.yaml"),
-                   "-m", "vanilla_transformer", *train, "--max-minutes", "3"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ROOT / "configs" / "accelerate" / "1gpu.yaml"),
+            "-m",
+            "vanilla_transformer",
+            *train,
+            "--max-minutes",
+            "3",
+        ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
     if done.returncode:
         raise RuntimeError(f"exit {done.returncode}:\n{done.stderr[-4000:]}")
     summary = json.loads((output / "results.json").read_text())
     keep = ("step", "target_tokens", "loop_seconds", "stop_reason", "valid_loss", "valid_bleu", "test")
-    return {"command": " ".join(["python" if c == sys.executable else c for c in command]), **{k: summary.get(k) for k in keep},
-            "model": str(output / "final")}  # fmt: skip
+    return {
+        "command": " ".join(["python" if c == sys.executable else c for c in command]),
+        **{k: summary.get(k) for k in keep},
+        "model": str(output / "final"),
+    }
 
 
 def ctranslate2_check(dry_run: bool, model_dir: str, workdir: Path) -> dict:
@@ -171,16 +248,23 @@ def ctranslate2_check(dry_run: bool, model_dir: str, workdir: Path) -> dict:
     ours = translate(model, tokenizer, sources, num_beams=4, batch_size=32)
     ours_seconds = time.perf_counter() - start
     exported = workdir / "ct2"
-    export_ctranslate2(model_dir, exported, quantization="float32")  # the same arithmetic as generate(): tokens comparable
+    export_ctranslate2(
+        model_dir, exported, quantization="float32"
+    )  # the same arithmetic as generate(): tokens comparable
     engine = CTranslate2Translator(exported, device=device)
     engine.translate(sources[:32], num_beams=4)  # warm-up
     start = time.perf_counter()
     theirs = engine.translate(sources, num_beams=4, batch_size=32)
     engine_seconds = time.perf_counter() - start
     same = sum(a == b for a, b in zip(ours, theirs))
-    return {"sentences": len(sources), "identical_outputs": same, "generate_seconds": ours_seconds,
-            "ctranslate2_seconds": engine_seconds, "ctranslate2_vs_generate": ours_seconds / engine_seconds,
-            "ctranslate2_compute_type": "float32"}  # fmt: skip
+    return {
+        "sentences": len(sources),
+        "identical_outputs": same,
+        "generate_seconds": ours_seconds,
+        "ctranslate2_seconds": engine_seconds,
+        "ctranslate2_vs_generate": ours_seconds / engine_seconds,
+        "ctranslate2_compute_type": "float32",
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -194,9 +278,16 @@ def main(argv: list[str] | None = None) -> dict:
     args.workdir.mkdir(parents=True, exist_ok=True)
     import transformers
 
-    results = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "dry_run": args.dry_run,
-               "environment": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-                               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and not args.dry_run else None}}  # fmt: skip
+    results = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "dry_run": args.dry_run,
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() and not args.dry_run else None,
+        },
+    }
     _step(results, "tests", run_tests, args.dry_run, 150 if not args.dry_run else 300)
     _step(results, "throughput", throughput, args.dry_run)
     _step(results, "main_job", main_job, args.dry_run, args.workdir, 330 if not args.dry_run else 300)
@@ -211,4 +302,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     outcome = main()
-    sys.exit(0 if all(step.get("ok", True) for step in outcome.values() if isinstance(step, dict) and "ok" in step) else 1)
+    sys.exit(
+        0 if all(step.get("ok", True) for step in outcome.values() if isinstance(step, dict) and "ok" in step) else 1
+    )

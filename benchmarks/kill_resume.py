@@ -47,8 +47,16 @@ sys.path.insert(0, str(ROOT))
 
 from vanilla_transformer.checkpoints import CHECKPOINT_PREFIX, STATE_FILE, list_checkpoints  # noqa: E402
 
-MODEL = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-         "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "dropout": 0.1}  # fmt: skip
+MODEL = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "dropout": 0.1,
+}
 LOOP_STARTED = "training from step"  # printed by training.train after resuming, before its loop
 
 
@@ -65,22 +73,51 @@ def write_corpus(folder: Path, sizes: dict[str, int] | None = None) -> Path:
 
 def run_config(corpus: Path, output_dir: Path, steps: int, save_every: int, keep: int, tokenizer: Path | None) -> dict:
     return {
-        "dataset_name": str(corpus), "source_lang": "en", "target_lang": "de", "test_split": None, "vocab_size": 400,
-        "tokenizer_name": None if tokenizer is None else str(tokenizer), "config_overrides": MODEL, "max_tokens": 256,
-        "max_steps": steps, "warmup_steps": 10, "lr_factor": 2.0, "eval_steps": 10**6, "eval_bleu_sentences": 0,
-        "save_steps": save_every, "save_total_limit": keep, "average_last": 2, "seed": 7, "disable_tqdm": True,
+        "dataset_name": str(corpus),
+        "source_lang": "en",
+        "target_lang": "de",
+        "test_split": None,
+        "vocab_size": 400,
+        "tokenizer_name": None if tokenizer is None else str(tokenizer),
+        "config_overrides": MODEL,
+        "max_tokens": 256,
+        "max_steps": steps,
+        "warmup_steps": 10,
+        "lr_factor": 2.0,
+        "eval_steps": 10**6,
+        "eval_bleu_sentences": 0,
+        "save_steps": save_every,
+        "save_total_limit": keep,
+        "average_last": 2,
+        "seed": 7,
+        "disable_tqdm": True,
         "output_dir": str(output_dir),
-    }  # fmt: skip
+    }
 
 
 def _environment() -> dict:
     # one thread: bit-identical arithmetic from run to run, and a free core for this supervisor
-    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _start(config_path: Path, log_path: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "vanilla_transformer", "train", "--config", str(config_path), "--resume_from_checkpoint"]
+    command = [
+        sys.executable,
+        "-m",
+        "vanilla_transformer",
+        "train",
+        "--config",
+        str(config_path),
+        "--resume_from_checkpoint",
+    ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_environment(), cwd=ROOT)
 
@@ -117,7 +154,9 @@ def check_checkpoints(run: Path, reference: Path) -> list[int]:
         state = json.loads((checkpoint / STATE_FILE).read_text())
         if state["step"] != step:
             raise AssertionError(f"{checkpoint}: trainer_state.json says step {state['step']}")
-        if not _same_weights(checkpoint / "model.safetensors", reference / "checkpoints" / checkpoint.name / "model.safetensors"):
+        if not _same_weights(
+            checkpoint / "model.safetensors", reference / "checkpoints" / checkpoint.name / "model.safetensors"
+        ):
             raise AssertionError(f"{checkpoint} differs from the uninterrupted run's {checkpoint.name}")
         steps.append(step)
     return steps
@@ -148,8 +187,11 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
         leftovers = set(_temporary_folders(run / "checkpoints"))
         resumed_from = (list_checkpoints(run / "checkpoints") or [None])[-1]
         process = _start(config_path, log_path)
-        event = {"start": time.monotonic() - t0, "resumed_from": resumed_from.name if resumed_from else None,
-                 "leftovers": sorted(leftovers)}  # fmt: skip
+        event = {
+            "start": time.monotonic() - t0,
+            "resumed_from": resumed_from.name if resumed_from else None,
+            "leftovers": sorted(leftovers),
+        }
         if i == kills:  # the last start runs to the end
             if process.wait() != 0:
                 raise RuntimeError(f"the final resume failed:\n{log_path.read_text()[-3000:]}")
@@ -174,9 +216,10 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
         during = [name for name in _temporary_folders(run / "checkpoints")]
-        event.update(kind=kind, end=time.monotonic() - t0, during=during,
-                     complete=check_checkpoints(run, reference))  # fmt: skip
-        if leftovers and f"ignoring incomplete checkpoint {sorted(leftovers)[0]}" not in log_path.read_bytes()[offset:].decode("utf-8", "replace"):  # offset: bytes
+        event.update(kind=kind, end=time.monotonic() - t0, during=during, complete=check_checkpoints(run, reference))
+        if leftovers and f"ignoring incomplete checkpoint {sorted(leftovers)[0]}" not in log_path.read_bytes()[
+            offset:
+        ].decode("utf-8", "replace"):  # offset: bytes
             raise AssertionError(f"start {i} did not report the half-written {sorted(leftovers)}")
         events.append(event)
 
@@ -189,13 +232,20 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
         raise AssertionError("the averaged final model differs from the uninterrupted run's")
     killed = [e for e in events if e["kind"] != "finish"]
     return {
-        "steps": steps, "save_every": save_every, "kills": len(killed),
-        "kills_during_checkpoint_writes": sum(any(n.startswith(".tmp-checkpoint") for n in e["during"]) for e in killed),
+        "steps": steps,
+        "save_every": save_every,
+        "kills": len(killed),
+        "kills_during_checkpoint_writes": sum(
+            any(n.startswith(".tmp-checkpoint") for n in e["during"]) for e in killed
+        ),
         "kills_during_rotations": sum(any(n.startswith(".tmp-deleting") for n in e["during"]) for e in killed),
-        "resumes": len(events) - 1, "resumes_matching_reference": len(events) - 1,  # every check above passed
-        "final_bit_identical": final_identical, "reference_seconds": reference_seconds,
-        "killed_run_seconds": events[-1]["end"], "events": events,
-    }  # fmt: skip
+        "resumes": len(events) - 1,
+        "resumes_matching_reference": len(events) - 1,  # every check above passed
+        "final_bit_identical": final_identical,
+        "reference_seconds": reference_seconds,
+        "killed_run_seconds": events[-1]["end"],
+        "events": events,
+    }
 
 
 def draw(report: dict, path: Path) -> None:
@@ -218,8 +268,11 @@ def draw(report: dict, path: Path) -> None:
     ax.plot([], [], color="tab:blue", label="newest complete checkpoint (step) of each process")
     ax.set_xlabel("wall-clock seconds (each restart includes ~3-5 s of start-up)")
     ax.set_ylabel("training step")
-    ax.set_title(f"{report['kills']} kills, {report['resumes']} resumes: final weights bit-identical to an "
-                 f"uninterrupted run: {report['final_bit_identical']}", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"{report['kills']} kills, {report['resumes']} resumes: final weights bit-identical to an "
+        f"uninterrupted run: {report['final_bit_identical']}",
+        fontsize=9,
+    )
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -242,13 +295,18 @@ def main(argv: list[str] | None = None) -> dict:
         import shutil
 
         shutil.rmtree(args.workdir)
-    report = kill_and_resume(args.workdir, kills=args.kills, steps=args.steps, save_every=args.save_every, seed=args.seed)
+    report = kill_and_resume(
+        args.workdir, kills=args.kills, steps=args.steps, save_every=args.save_every, seed=args.seed
+    )
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "kill-resume.json").write_text(json.dumps(report, indent=2) + "\n")
     draw(report, args.output / "kill-resume.png")
     summary = {k: v for k, v in report.items() if k != "events"}
-    lines = ["| " + " | ".join(summary) + " |", "|" + "---|" * len(summary),
-             "| " + " | ".join(f"{v:.0f}" if isinstance(v, float) else str(v) for v in summary.values()) + " |"]  # fmt: skip
+    lines = [
+        "| " + " | ".join(summary) + " |",
+        "|" + "---|" * len(summary),
+        "| " + " | ".join(f"{v:.0f}" if isinstance(v, float) else str(v) for v in summary.values()) + " |",
+    ]
     (args.output / "kill-resume.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return report

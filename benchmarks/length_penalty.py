@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reporting import cpu_name, read_lines, shown_command, write_report  # noqa: E402  (benchmarks/reporting.py)
+
 from vanilla_transformer.evaluation import score, translate  # noqa: E402
 from vanilla_transformer.loading import load_model_and_tokenizer  # noqa: E402
 
 FORMS = {"power": "|Y|^α (transformers, CTranslate2)", "gnmt": "((5 + |Y|) / 6)^α (GNMT, the paper)"}
-
 
 
 def paired_bootstrap(references: list[str], outputs: dict[str, list[str]]) -> dict:
@@ -37,23 +37,29 @@ def paired_bootstrap(references: list[str], outputs: dict[str, list[str]]) -> di
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    test = PairedTest([("power", outputs["power"]), ("gnmt", outputs["gnmt"])], {"BLEU": BLEU(references=[references])},
-                      references=None, test_type="bs", n_samples=1000)  # fmt: skip
+    test = PairedTest(
+        [("power", outputs["power"]), ("gnmt", outputs["gnmt"])],
+        {"BLEU": BLEU(references=[references])},
+        references=None,
+        test_type="bs",
+        n_samples=1000,
+    )
     _, scores = test()
     gnmt = scores["BLEU"][1]
     return {"p_value": float(gnmt.p_value), "gnmt_mean": float(gnmt.mean), "gnmt_ci": float(gnmt.ci)}
 
 
-
 def markdown(report: dict) -> str:
     d = report["decoding"]
     lines = [
-        f"`{report['command']}`", "",
+        f"`{report['command']}`",
+        "",
         f"{report['machine']}; model `{report['model']}`; beam {d['num_beams']}, α {d['length_penalty']}, per-sentence limit "
-        f"source length + {d['source_length_offset']}; {report['sentences']} sentences.", "",
+        f"source length + {d['source_length_offset']}; {report['sentences']} sentences.",
+        "",
         "| length penalty | sacreBLEU | chrF | mean output length (words) |",
         "|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for form, row in report["forms"].items():
         label = FORMS[form].replace("|", "\\|")  # |Y| inside a Markdown table
         lines.append(f"| {label} | {row['bleu']:.2f} | {row['chrf']:.2f} | {row['mean_words']:.2f} |")
@@ -63,8 +69,9 @@ def markdown(report: dict) -> str:
         f"References: {report['reference_mean_words']:.2f} words on average. Identical outputs: {report['identical']} of "
         f"{report['sentences']} ({100 * report['identical_share']:.1f} %).",
         f"Paired bootstrap (sacreBLEU, 1,000 resamples), GNMT against |Y|^α: p = {b['p_value']:.4f}.",
-        "", f"BLEU: `{report['forms']['power']['bleu_signature']}`; chrF: `{report['forms']['power']['chrf_signature']}`",
-    ]  # fmt: skip
+        "",
+        f"BLEU: `{report['forms']['power']['bleu_signature']}`; chrF: `{report['forms']['power']['chrf_signature']}`",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -87,19 +94,30 @@ def main(argv: list[str] | None = None) -> dict:
     for form in FORMS:
         config.length_penalty_form = form
         outputs[form] = translate(model, tokenizer, sources, progress=True)
-        forms[form] = {**score(outputs[form], references), "mean_words": sum(len(t.split()) for t in outputs[form]) / len(sources)}
+        forms[form] = {
+            **score(outputs[form], references),
+            "mean_words": sum(len(t.split()) for t in outputs[form]) / len(sources),
+        }
         print(f"{FORMS[form]}: sacreBLEU {forms[form]['bleu']:.2f}, chrF {forms[form]['chrf']:.2f}")
     identical = sum(a == b for a, b in zip(outputs["power"], outputs["gnmt"]))
     name = args.name or args.model.resolve().parent.name
     report = {
-        "command": shown_command("length_penalty.py", argv if argv is not None else sys.argv[1:]), "machine": cpu_name(), "model": args.model.name,
+        "command": shown_command("length_penalty.py", argv if argv is not None else sys.argv[1:]),
+        "machine": cpu_name(),
+        "model": args.model.name,
         "decoding": {k: getattr(config, k, None) for k in ("num_beams", "length_penalty", "source_length_offset")},
-        "sentences": len(sources), "forms": forms, "identical": identical, "identical_share": identical / len(sources),
+        "sentences": len(sources),
+        "forms": forms,
+        "identical": identical,
+        "identical_share": identical / len(sources),
         "reference_mean_words": sum(len(t.split()) for t in references) / len(references),
         "paired_bootstrap": paired_bootstrap(references, outputs),
-        "differing": [{"index": i, "source": sources[i], "power": outputs["power"][i], "gnmt": outputs["gnmt"][i]}
-                      for i in range(len(sources)) if outputs["power"][i] != outputs["gnmt"][i]],
-    }  # fmt: skip
+        "differing": [
+            {"index": i, "source": sources[i], "power": outputs["power"][i], "gnmt": outputs["gnmt"][i]}
+            for i in range(len(sources))
+            if outputs["power"][i] != outputs["gnmt"][i]
+        ],
+    }
     print(f"identical: {identical}/{len(sources)}; paired bootstrap p = {report['paired_bootstrap']['p_value']:.4f}")
     write_report(args.results_dir, f"length-penalty-{name}", report, markdown(report))
     return report

@@ -22,17 +22,22 @@ import time
 from pathlib import Path
 
 import torch
+from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
 from vanilla_transformer.training import resolve_mixed_precision, train
 from vanilla_transformer.training_config import TrainConfig
-from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 # The sizes of the MarianMTModel baseline (with a joint 8k BPE).
 MODEL = {
-    "d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "encoder_attention_heads": 4,
-    "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024,
-}  # fmt: skip
+    "d_model": 256,
+    "encoder_layers": 3,
+    "decoder_layers": 3,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 1024,
+    "decoder_ffn_dim": 1024,
+}
 # Every row of the results file records this recipe, and scripts/make_model_cards.py rebuilds the run's
 # TrainConfig from it (train_config) for the model card.
 RECIPE = {
@@ -78,20 +83,39 @@ DATASET = {
 }
 
 
-def train_config(direction: str, minutes: float, recipe: dict, mixed_precision: str, processes: int, data: str,
-                 output_dir: str | None = None) -> TrainConfig:  # fmt: skip
+def train_config(
+    direction: str,
+    minutes: float,
+    recipe: dict,
+    mixed_precision: str,
+    processes: int,
+    data: str,
+    output_dir: str | None = None,
+) -> TrainConfig:
     """The TrainConfig that trains ``direction`` with ``recipe`` in each of ``processes`` (which share the
     recipe's tokens per step)."""
     src, tgt = direction.split("-")
     return TrainConfig(
-        dataset_name=data, source_lang=src, target_lang=tgt, validation_split="validation", test_split="test_2016_flickr",
-        vocab_size=8000, config_overrides={**MODEL, "dropout": recipe["dropout"], "attention_bias": recipe.get("attention_bias", True)},
+        dataset_name=data,
+        source_lang=src,
+        target_lang=tgt,
+        validation_split="validation",
+        test_split="test_2016_flickr",
+        vocab_size=8000,
+        config_overrides={**MODEL, "dropout": recipe["dropout"], "attention_bias": recipe.get("attention_bias", True)},
         max_tokens=recipe["max_tokens_per_step"] // processes,
-        warmup_steps=recipe["warmup_steps"], lr_factor=recipe["lr_factor"], max_steps=10**6, max_minutes=minutes,
-        eval_steps=recipe["eval_every"], eval_bleu_sentences=100, save_steps=recipe["save_every"], save_total_limit=5,
-        average_last=5, mixed_precision=mixed_precision,
+        warmup_steps=recipe["warmup_steps"],
+        lr_factor=recipe["lr_factor"],
+        max_steps=10**6,
+        max_minutes=minutes,
+        eval_steps=recipe["eval_every"],
+        eval_bleu_sentences=100,
+        save_steps=recipe["save_every"],
+        save_total_limit=5,
+        average_last=5,
+        mixed_precision=mixed_precision,
         output_dir=output_dir or f"outputs/multi30k-{direction}-{minutes:g}min",
-    )  # fmt: skip
+    )
 
 
 def run_folder(output_root: Path, direction: str, minutes: float) -> Path:
@@ -103,8 +127,14 @@ def run(direction: str, minutes: float, data: Path, output_root: Path, mixed_pre
     output_dir = str(run_folder(output_root, direction, minutes))
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     summary = train(train_config(direction, minutes, RECIPE, mixed_precision, processes, str(data), output_dir))
-    row = {"direction": direction, "minutes": minutes, "mixed_precision": mixed_precision, "recipe": RECIPE,
-           "processes": processes, "threads_per_process": torch.get_num_threads()}  # fmt: skip
+    row = {
+        "direction": direction,
+        "minutes": minutes,
+        "mixed_precision": mixed_precision,
+        "recipe": RECIPE,
+        "processes": processes,
+        "threads_per_process": torch.get_num_threads(),
+    }
     return {**row, **{k: summary.get(k) for k in ("step", "target_tokens", "loop_seconds", "test")}}
 
 
@@ -112,9 +142,15 @@ def _git_revision() -> str | None:
     """The commit the script starts at (with "+changes" when tracked files other than results differed), if git
     is there. Read at the start: a commit made during an hour's run does not describe the code that ran."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"],
-                               cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
     return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
@@ -127,8 +163,15 @@ def _relaunch_under_torchrun(processes: int) -> int:
     single-thread processes with 2,500 tokens each ran 3,500-3,700 tokens/s apiece: larger steps would gain more."""
     threads = max(1, (os.cpu_count() or processes) // processes)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               __file__, *sys.argv[1:]]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        __file__,
+        *sys.argv[1:],
+    ]
     return subprocess.run(command, env=env).returncode
 
 
@@ -136,11 +179,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--directions", nargs="+", default=["de-en", "en-de"])
-    parser.add_argument("--data", type=Path, default=multi30k_folder(),
-                        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=multi30k_folder(),
+        help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)",
+    )
     parser.add_argument("--output-root", type=Path, default=ROOT / "outputs")
-    parser.add_argument("--mixed-precision", default="auto", choices=["auto", "no", "bf16"],
-                        help="bf16 autocast, fp32 (no), or auto (default): bf16 where the CPU or GPU has bf16 units")  # fmt: skip
+    parser.add_argument(
+        "--mixed-precision",
+        default="auto",
+        choices=["auto", "no", "bf16"],
+        help="bf16 autocast, fp32 (no), or auto (default): bf16 where the CPU or GPU has bf16 units",
+    )
     parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (torchrun, gloo); default 2")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
@@ -153,8 +204,10 @@ def main() -> None:
         earlier = [run_folder(args.output_root, d, args.minutes) for d in args.directions]
         earlier = [folder for folder in earlier if (folder / "checkpoints").is_dir()]
         if earlier:
-            parser.error(f"{', '.join(map(str, earlier))} holds an earlier run of this budget: move or delete it, or give "
-                         f"--output-root elsewhere (a benchmark run starts from scratch)")  # fmt: skip
+            parser.error(
+                f"{', '.join(map(str, earlier))} holds an earlier run of this budget: move or delete it, or give "
+                f"--output-root elsewhere (a benchmark run starts from scratch)"
+            )
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:
         sys.exit(_relaunch_under_torchrun(args.processes))
     main_process = int(os.environ.get("RANK", "0")) == 0
@@ -162,7 +215,11 @@ def main() -> None:
     out = args.results_dir
     out.mkdir(parents=True, exist_ok=True)
     stem = f"multi30k-{args.minutes:g}min"  # e.g. multi30k-0.5min: not Path.with_suffix, which would cut at ".5"
-    environment = {"torch": torch.__version__, "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine()}
+    environment = {
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+    }
     # Rows of directions not run this time are kept: each direction is an hour, and may be run on its own.
     previous = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").is_file() else {"results": []}
     results = [r for r in previous["results"] if r["direction"] not in args.directions]
@@ -185,13 +242,17 @@ def main() -> None:
 def results_table(results: list[dict]) -> str:
     """The Markdown table of a results file's rows (rows without ``attention_bias`` in their recipe were run with
     attention biases, before the field existed)."""
-    lines = ["| direction | budget | attention biases | steps | target tokens | sacreBLEU | chrF | run | signature |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| direction | budget | attention biases | steps | target tokens | sacreBLEU | chrF | run | signature |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         t, biases = r["test"], r.get("recipe", {}).get("attention_bias", True)
-        lines.append(f"| {r['direction']} | {r['minutes']:g} min | {'yes' if biases else 'no'} | {r['step']} | {r['target_tokens']:,} | "
-                     f"{t['bleu']:.2f} | {t['chrf']:.2f} | {r.get('date', '?')}, {r.get('revision') or '?'} | "
-                     f"{t['bleu_signature'].replace('|', chr(92) + '|')} |")  # fmt: skip
+        lines.append(
+            f"| {r['direction']} | {r['minutes']:g} min | {'yes' if biases else 'no'} | {r['step']} | {r['target_tokens']:,} | "
+            f"{t['bleu']:.2f} | {t['chrf']:.2f} | {r.get('date', '?')}, {r.get('revision') or '?'} | "
+            f"{t['bleu_signature'].replace('|', chr(92) + '|')} |"
+        )
     return "\n".join(lines) + "\n"
 
 

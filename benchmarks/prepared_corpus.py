@@ -77,8 +77,12 @@ def _memory(pid: int) -> dict | None:
     for line in text.splitlines()[1:]:
         key, _, rest = line.partition(":")
         kb[key.strip()] = int(rest.split()[0])
-    return {"rss": kb["Rss"] * 1024, "pss": kb["Pss"] * 1024, "uss": (kb["Private_Clean"] + kb["Private_Dirty"]) * 1024,
-            "anonymous": kb.get("Anonymous", 0) * 1024}  # fmt: skip
+    return {
+        "rss": kb["Rss"] * 1024,
+        "pss": kb["Pss"] * 1024,
+        "uss": (kb["Private_Clean"] + kb["Private_Dirty"]) * 1024,
+        "anonymous": kb.get("Anonymous", 0) * 1024,
+    }
 
 
 def _workers(root_pid: int) -> dict[int, int]:
@@ -113,18 +117,48 @@ def _descends(pid: int, root: int) -> bool:
     return False
 
 
-def run_training(corpus: Path, output_dir: Path, cache: Path, processes: int, steps: int, *extra: str,
-                 code: Path = ROOT) -> dict:
+def run_training(
+    corpus: Path, output_dir: Path, cache: Path, processes: int, steps: int, *extra: str, code: Path = ROOT
+) -> dict:
     """One run of the training command as ``processes`` processes, with the package found in ``code``; its times,
     memory and results."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               "-m", "vanilla_transformer", "train", "--config", str(code / CONFIG.relative_to(ROOT)), "--dataset_name", str(corpus),
-               "--output_dir", str(output_dir), "--max_steps", str(steps), "--max_minutes", "120",
-               "--save_steps", str(steps), "--disable_tqdm", "true", *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        "-m",
+        "vanilla_transformer",
+        "train",
+        "--config",
+        str(code / CONFIG.relative_to(ROOT)),
+        "--dataset_name",
+        str(corpus),
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        str(steps),
+        "--max_minutes",
+        "120",
+        "--save_steps",
+        str(steps),
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
     threads = max(1, (os.cpu_count() or processes) // processes)
-    env = {**os.environ, "VANILLA_TRANSFORMER_CACHE": str(cache), "OMP_NUM_THREADS": str(threads),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(code)}  # fmt: skip
-    env.pop("TOKENIZERS_PARALLELISM", None)  # tokenizers' default, as a user runs it: the BPE and encoding use every core
+    env = {
+        **os.environ,
+        "VANILLA_TRANSFORMER_CACHE": str(cache),
+        "OMP_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONPATH": str(code),
+    }
+    env.pop(
+        "TOKENIZERS_PARALLELISM", None
+    )  # tokenizers' default, as a user runs it: the BPE and encoding use every core
     start = time.monotonic()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=code)
     marks: dict[str, float] = {}
@@ -167,10 +201,12 @@ def run_training(corpus: Path, output_dir: Path, cache: Path, processes: int, st
         raise SystemExit(f"the training command failed ({process.returncode}): {' '.join(command)}")
     results = json.loads((output_dir / "results.json").read_text())
     return {
-        **marks, "memory": {str(rank): peaks[rank] for rank in sorted(peaks)},
-        "target_tokens_per_s": results["target_tokens"] / results["loop_seconds"], "steps": results["step"],
+        **marks,
+        "memory": {str(rank): peaks[rank] for rank in sorted(peaks)},
+        "target_tokens_per_s": results["target_tokens"] / results["loop_seconds"],
+        "steps": results["step"],
         "log_tail": [line.rstrip() for line in log if "pairs kept" in line or "data ready" in line],
-    }  # fmt: skip
+    }
 
 
 def _gb(n: float) -> str:
@@ -196,8 +232,10 @@ def markdown(result: dict) -> str:
             f"| {per('rss')} | {per('uss')} | {per('training_uss')} | {_gb(pss)} | {row['target_tokens_per_s']:,.0f} |"
         )
     if result.get("comparison"):
-        by_side = {side: [row["target_tokens_per_s"] for row in result["comparison"] if row["side"] == side]
-                   for side in ("baseline", "prepared")}  # fmt: skip
+        by_side = {
+            side: [row["target_tokens_per_s"] for row in result["comparison"] if row["side"] == side]
+            for side in ("baseline", "prepared")
+        }
         median = {side: float(np.median(values)) for side, values in by_side.items()}
         lines += [
             "",
@@ -218,11 +256,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pairs", type=int, default=4_500_000, help="synthetic training pairs (default: WMT14's 4.5M)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--work", type=Path, default=None, help="where corpora, runs and caches go (default: a temporary folder)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="where corpora, runs and caches go (default: a temporary folder)"
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
-    parser.add_argument("--baseline", type=Path, default=None,
-                        help="a checkout of the package before the prepared corpus: its training tokens/s on the bundled corpus "
-                        "is measured in turn with this one's, --repeats times each")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout of the package before the prepared corpus: its training tokens/s on the bundled corpus "
+        "is measured in turn with this one's, --repeats times each",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     import tempfile
@@ -239,8 +283,15 @@ def main(argv: list[str] | None = None) -> dict:
         first = run_training(corpus, work / f"{name}-first", cache, args.processes, args.steps)
         rows.append({"corpus": name, "pairs": pairs, "run": "first (prepares)", **first})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "log_tail"}), flush=True)
-        second = run_training(corpus, work / f"{name}-second", cache, args.processes, args.steps,
-                              "--tokenizer_name", str(work / f"{name}-first" / "tokenizer"))  # fmt: skip
+        second = run_training(
+            corpus,
+            work / f"{name}-second",
+            cache,
+            args.processes,
+            args.steps,
+            "--tokenizer_name",
+            str(work / f"{name}-first" / "tokenizer"),
+        )
         rows.append({"corpus": name, "pairs": pairs, "run": "second (cached)", **second})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "log_tail"}), flush=True)
     comparison = []
@@ -248,16 +299,27 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer = ["--tokenizer_name", str(work / "bundled-first" / "tokenizer")]
         for repeat in range(args.repeats):
             for side, code in (("baseline", args.baseline.resolve()), ("prepared", ROOT)):
-                run = run_training(BUNDLED, work / f"compare-{side}-{repeat}", work / "cache-bundled", args.processes,
-                                   args.steps, *tokenizer, code=code)  # fmt: skip
+                run = run_training(
+                    BUNDLED,
+                    work / f"compare-{side}-{repeat}",
+                    work / "cache-bundled",
+                    args.processes,
+                    args.steps,
+                    *tokenizer,
+                    code=code,
+                )
                 comparison.append({"side": side, "repeat": repeat, "target_tokens_per_s": run["target_tokens_per_s"]})
                 print(json.dumps(comparison[-1]), flush=True)
     result = {
         "environment": {"processor": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "processes": args.processes, "threads_per_process": max(1, (os.cpu_count() or 1) // args.processes),
-        "steps": args.steps, "command": _command(args),
-        "date": time.strftime("%Y-%m-%d", time.gmtime()), "rows": rows, "comparison": comparison,
-    }  # fmt: skip
+        "processes": args.processes,
+        "threads_per_process": max(1, (os.cpu_count() or 1) // args.processes),
+        "steps": args.steps,
+        "command": _command(args),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "rows": rows,
+        "comparison": comparison,
+    }
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "prepared-corpus.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.output / "prepared-corpus.md").write_text(markdown(result))
@@ -269,11 +331,26 @@ def main(argv: list[str] | None = None) -> dict:
 
 def _command(args: argparse.Namespace) -> str:
     """The command line as another machine would repeat it (no local paths: the baseline is named by its commit)."""
-    words = ["python", "benchmarks/prepared_corpus.py", "--pairs", str(args.pairs), "--processes", str(args.processes),
-             "--steps", str(args.steps)]  # fmt: skip
+    words = [
+        "python",
+        "benchmarks/prepared_corpus.py",
+        "--pairs",
+        str(args.pairs),
+        "--processes",
+        str(args.processes),
+        "--steps",
+        str(args.steps),
+    ]
     if args.baseline is not None:
-        commit = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        words += ["--baseline", f"<a checkout of {commit.stdout.strip() or 'the baseline'}>", "--repeats", str(args.repeats)]
+        commit = subprocess.run(
+            ["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        words += [
+            "--baseline",
+            f"<a checkout of {commit.stdout.strip() or 'the baseline'}>",
+            "--repeats",
+            str(args.repeats),
+        ]
     return " ".join(words)
 
 

@@ -25,8 +25,10 @@ def check_multi30k(folder: Path, parser, splits=("train", "val", "test_2016_flic
     names = [f"{split}.{lang}" for split in splits for lang in ("en", "de")]
     missing = [n for n in names if not (folder / n).is_file() and not (gz and (folder / f"{n}.gz").is_file())]
     if missing:
-        parser.error(f"Multi30k is not in {folder} (missing: {', '.join(missing)}). Get it with "
-                     f"'python scripts/get_multi30k.py' (into data/multi30k, read by default), or give --data FOLDER.")  # fmt: skip
+        parser.error(
+            f"Multi30k is not in {folder} (missing: {', '.join(missing)}). Get it with "
+            f"'python scripts/get_multi30k.py' (into data/multi30k, read by default), or give --data FOLDER."
+        )
 
 
 def read_lines(path: Path, n: int | None = None) -> list[str]:
@@ -40,7 +42,9 @@ def read_lines(path: Path, n: int | None = None) -> list[str]:
 def cpu_name() -> str:
     """The CPU model and core count, as results files record the machine."""
     lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    model = next(
+        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor()
+    )
     return f"{model}, {os.cpu_count()} cores"
 
 

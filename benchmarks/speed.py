@@ -66,21 +66,38 @@ SIZES = {  # the issue's two sizes; vocabulary as the paper (base) and a joint 8
 def build(kind: str, size: dict, seed: int = 0):
     torch.manual_seed(seed)
     common = dict(
-        vocab_size=size["vocab_size"], d_model=size["d_model"], encoder_layers=size["layers"],
-        decoder_layers=size["layers"], encoder_attention_heads=size["heads"], decoder_attention_heads=size["heads"],
-        encoder_ffn_dim=size["ffn"], decoder_ffn_dim=size["ffn"], dropout=0.1, attention_dropout=0.0,
-        activation_dropout=0.0, pad_token_id=0, eos_token_id=2, decoder_start_token_id=1,
-    )  # fmt: skip
+        vocab_size=size["vocab_size"],
+        d_model=size["d_model"],
+        encoder_layers=size["layers"],
+        decoder_layers=size["layers"],
+        encoder_attention_heads=size["heads"],
+        decoder_attention_heads=size["heads"],
+        encoder_ffn_dim=size["ffn"],
+        decoder_ffn_dim=size["ffn"],
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
     if kind == "ours":
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
-        return VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(**common, bos_token_id=1, unk_token_id=3))
+        return VanillaTransformerForConditionalGeneration(
+            VanillaTransformerConfig(**common, bos_token_id=1, unk_token_id=3)
+        )
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        **common, activation_function="relu", scale_embedding=True, max_position_embeddings=1024,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, forced_eos_token_id=None,
-    )  # fmt: skip
+        **common,
+        activation_function="relu",
+        scale_embedding=True,
+        max_position_embeddings=1024,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        forced_eos_token_id=None,
+    )
     return MarianMTModel(config)
 
 
@@ -192,7 +209,9 @@ def train_step(kind: str, size: dict, data: dict, accelerator, attention: str | 
     return step
 
 
-def train_step_seconds(kind: str, size: dict, data: dict, precision: str, warmup: int, repeats: int, attention: str | None = None) -> float:
+def train_step_seconds(
+    kind: str, size: dict, data: dict, precision: str, warmup: int, repeats: int, attention: str | None = None
+) -> float:
     """Median seconds of one optimizer step of one model."""
     return _median_seconds(train_step(kind, size, data, _accelerator(precision), attention), warmup, repeats)
 
@@ -214,8 +233,11 @@ def train_peak_memory(kind: str, size_name: str, precision: str, attention: str 
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(Path(__file__).parent), kind, size_name, precision, attention or ""],
-        capture_output=True, text=True, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
     return int(out.stdout.strip().splitlines()[-1])
 
 
@@ -223,9 +245,15 @@ def generation_run(model, size: dict, n: int, new_tokens: int, beams: int, preci
     """A function that generates exactly ``new_tokens`` tokens for ``n`` random sentences."""
     data = batch(size, n, src_len, 1)
     kwargs = dict(
-        input_ids=data["input_ids"], attention_mask=data["attention_mask"], num_beams=beams, do_sample=False,
-        min_new_tokens=new_tokens, max_new_tokens=new_tokens, length_penalty=0.6, early_stopping=True,
-    )  # fmt: skip
+        input_ids=data["input_ids"],
+        attention_mask=data["attention_mask"],
+        num_beams=beams,
+        do_sample=False,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        length_penalty=0.6,
+        early_stopping=True,
+    )
 
     def run():
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
@@ -260,13 +288,19 @@ def section_train(args, sizes: list[str]) -> list[dict]:
             marian = marian_by_attention[marian_attention]
             tokens = TRAIN_BATCH[0] * TRAIN_BATCH[2]
             row = {
-                "size": size_name, "precision": "fp32" if precision == "no" else precision,
-                "ours_attention": ours_attention, "marian_attention": marian_attention,
-                "ours_step_ms": 1000 * ours, "marian_step_ms": 1000 * marian,
-                "ours_tokens_per_s": tokens / ours, "marian_tokens_per_s": tokens / marian,
+                "size": size_name,
+                "precision": "fp32" if precision == "no" else precision,
+                "ours_attention": ours_attention,
+                "marian_attention": marian_attention,
+                "ours_step_ms": 1000 * ours,
+                "marian_step_ms": 1000 * marian,
+                "ours_tokens_per_s": tokens / ours,
+                "marian_tokens_per_s": tokens / marian,
                 "marian_tokens_per_s_by_attention": {a: tokens / s for a, s in marian_by_attention.items()},
-                "ratio": marian / ours, "ours_mfu": flops / ours / peak, "marian_mfu": flops / marian / peak,
-            }  # fmt: skip
+                "ratio": marian / ours,
+                "ours_mfu": flops / ours / peak,
+                "marian_mfu": flops / marian / peak,
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -280,8 +314,13 @@ def section_memory(args, sizes: list[str]) -> list[dict]:
             attention = "eager" if precision == "bf16" else "sdpa"
             ours = train_peak_memory("ours", size_name, precision, attention) / 2**20
             marian = min(train_peak_memory("marian", size_name, precision, a) for a in ("sdpa", "eager")) / 2**20
-            row = {"size": size_name, "precision": "fp32" if precision == "no" else precision,
-                   "ours_peak_mb": ours, "marian_peak_mb": marian, "ratio": ours / marian}  # fmt: skip
+            row = {
+                "size": size_name,
+                "precision": "fp32" if precision == "no" else precision,
+                "ours_peak_mb": ours,
+                "marian_peak_mb": marian,
+                "ratio": ours / marian,
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -298,11 +337,17 @@ def section_generate(args, sizes: list[str]) -> list[dict]:
                 runs = {k: generation_run(m, size, n, new_tokens, beams, precision) for k, m in models.items()}
                 seconds = _interleaved_medians(runs, args.warmup, args.repeats)
                 row = {
-                    "size": size_name, "precision": "fp32" if precision == "no" else precision, "beams": beams, "batch": n,
-                    "new_tokens": new_tokens, "ours_tokens_per_s": n * new_tokens / seconds["ours"],
-                    "marian_tokens_per_s": n * new_tokens / seconds["marian"], "ours_ms_per_step": 1000 * seconds["ours"] / new_tokens,
-                    "marian_ms_per_step": 1000 * seconds["marian"] / new_tokens, "ratio": seconds["marian"] / seconds["ours"],
-                }  # fmt: skip
+                    "size": size_name,
+                    "precision": "fp32" if precision == "no" else precision,
+                    "beams": beams,
+                    "batch": n,
+                    "new_tokens": new_tokens,
+                    "ours_tokens_per_s": n * new_tokens / seconds["ours"],
+                    "marian_tokens_per_s": n * new_tokens / seconds["marian"],
+                    "ours_ms_per_step": 1000 * seconds["ours"] / new_tokens,
+                    "marian_ms_per_step": 1000 * seconds["marian"] / new_tokens,
+                    "ratio": seconds["marian"] / seconds["ours"],
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
@@ -316,20 +361,31 @@ def section_length(args, sizes: list[str]) -> list[dict]:
         for length in lengths:
             data = batch(size, 8, length, length)
             accelerator = _accelerator("bf16")
-            steps = {k: train_step(k, size, data, accelerator, "eager" if k == "ours" else None) for k in ("ours", "marian")}
+            steps = {
+                k: train_step(k, size, data, accelerator, "eager" if k == "ours" else None) for k in ("ours", "marian")
+            }
             train = _interleaved_medians(steps, 1, args.repeats)
             del steps
-            runs = {k: generation_run(build(k, size).eval(), size, 8, 8, 1, "bf16", src_len=length) for k in ("ours", "marian")}
+            runs = {
+                k: generation_run(build(k, size).eval(), size, 8, 8, 1, "bf16", src_len=length)
+                for k in ("ours", "marian")
+            }
             gen = {k: s / 8 for k, s in _interleaved_medians(runs, 1, args.repeats).items()}
             linear, attention = flop_parts(size, 8, length, length)
             row = {
-                "size": size_name, "precision": "bf16", "length": length, "ours_train_ms": 1000 * train["ours"],
-                "marian_train_ms": 1000 * train["marian"], "ours_ms_per_step": 1000 * gen["ours"],
-                "marian_ms_per_step": 1000 * gen["marian"], "train_ratio": train["marian"] / train["ours"],
-                "generate_ratio": gen["marian"] / gen["ours"], "attention_flop_share": attention / (linear + attention),
+                "size": size_name,
+                "precision": "bf16",
+                "length": length,
+                "ours_train_ms": 1000 * train["ours"],
+                "marian_train_ms": 1000 * train["marian"],
+                "ours_ms_per_step": 1000 * gen["ours"],
+                "marian_ms_per_step": 1000 * gen["marian"],
+                "train_ratio": train["marian"] / train["ours"],
+                "generate_ratio": gen["marian"] / gen["ours"],
+                "attention_flop_share": attention / (linear + attention),
                 "ours_train_us_per_token": 1e6 * train["ours"] / (8 * length),
                 "marian_train_us_per_token": 1e6 * train["marian"] / (8 * length),
-            }  # fmt: skip
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -350,10 +406,19 @@ def draw_length(rows: list[dict], path: Path) -> Path:
         train_ax.plot(lengths, [r[f"{kind}_train_us_per_token"] for r in rows], "o-", color=color, label=name)
         decode_ax.plot(lengths, [r[f"{kind}_ms_per_step"] for r in rows], "o-", color=color, label=name)
     share_ax = train_ax.twinx()
-    share_ax.plot(lengths, [100 * r["attention_flop_share"] for r in rows], "s--", color="0.5", label="attention's share of the FLOPs")
+    share_ax.plot(
+        lengths,
+        [100 * r["attention_flop_share"] for r in rows],
+        "s--",
+        color="0.5",
+        label="attention's share of the FLOPs",
+    )
     share_ax.set_ylim(0, 100)
     share_ax.set_ylabel("attention's share of the step's FLOPs (%)", color="0.4")
-    train_ax.set_title("training step, bf16: µs per target token\n(falling: fixed costs shared by more tokens; rising: attention's n²)", fontsize=9)
+    train_ax.set_title(
+        "training step, bf16: µs per target token\n(falling: fixed costs shared by more tokens; rising: attention's n²)",
+        fontsize=9,
+    )
     train_ax.set_ylabel("µs per target token")
     decode_ax.set_title("greedy decoding, bf16: ms per step\n(each step attends to the whole source)", fontsize=9)
     decode_ax.set_ylabel("ms per decoding step")
@@ -385,7 +450,9 @@ def section_epoch(args) -> list[dict]:
     train_split = load_parallel_corpus(str(args.multi30k), "de", "en", split="train")
     if args.smoke:
         train_split = train_split.select(range(300))
-    tokenizer = train_joint_bpe(list(train_split["source"]) + list(train_split["target"]), vocab_size=1000 if args.smoke else 8000)
+    tokenizer = train_joint_bpe(
+        list(train_split["source"]) + list(train_split["target"]), vocab_size=1000 if args.smoke else 8000
+    )
     tokenized, _ = tokenize_corpus(train_split, tokenizer, max_length=128)
     examples = [{"input_ids": s, "labels": t} for s, t in zip(tokenized["input_ids"], tokenized["labels"])]
     size = {**SIZES["smoke" if args.smoke else "small"], "vocab_size": len(tokenizer)}
@@ -393,11 +460,21 @@ def section_epoch(args) -> list[dict]:
     rows = []
     g = torch.Generator().manual_seed(0)
     random_batches = torch.randperm(len(examples), generator=g).split(64)
-    bucket_batches = list(TokenBucketBatchSampler([(len(e["input_ids"]), len(e["labels"])) for e in examples], max_tokens=2500, seed=0))
+    bucket_batches = list(
+        TokenBucketBatchSampler([(len(e["input_ids"]), len(e["labels"])) for e in examples], max_tokens=2500, seed=0)
+    )
     collator = DataCollatorForSeq2Seq(tokenizer, model=None, label_pad_token_id=-100)
     for name, batches, collate in (
-        ("token buckets (max_tokens 2500)", bucket_batches, lambda idx: collate_batch([examples[i] for i in idx], tokenizer.pad_token_id)),
-        ("DataCollatorForSeq2Seq, random 64", [b.tolist() for b in random_batches], lambda idx: collator([examples[i] for i in idx])),
+        (
+            "token buckets (max_tokens 2500)",
+            bucket_batches,
+            lambda idx: collate_batch([examples[i] for i in idx], tokenizer.pad_token_id),
+        ),
+        (
+            "DataCollatorForSeq2Seq, random 64",
+            [b.tolist() for b in random_batches],
+            lambda idx: collator([examples[i] for i in idx]),
+        ),
     ):
         model = build("ours", size)
         model.set_attn_implementation("eager")
@@ -418,7 +495,14 @@ def section_epoch(args) -> list[dict]:
             real += int((b["labels"] != -100).sum())
             padded += b["labels"].numel()
         seconds = time.perf_counter() - start
-        row = {"batching": name, "batches": len(batches), "target_tokens": real, "padding_fraction": 1 - real / padded, "seconds": seconds, "tokens_per_s": real / seconds}
+        row = {
+            "batching": name,
+            "batches": len(batches),
+            "target_tokens": real,
+            "padding_fraction": 1 - real / padded,
+            "seconds": seconds,
+            "tokens_per_s": real / seconds,
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -436,9 +520,12 @@ def markdown(results: dict) -> str:
         "",
     ]
     if results.get("train"):
-        lines += ["**Training step** (64 pairs × 24/26 tokens, fused Adam, label smoothing 0.1): target tokens/s", "",
-                  "| size | precision | ours | Marian | ours / Marian | MFU ours | MFU Marian |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "**Training step** (64 pairs × 24/26 tokens, fused Adam, label smoothing 0.1): target tokens/s",
+            "",
+            "| size | precision | ours | Marian | ours / Marian | MFU ours | MFU Marian |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in results["train"]:
             lines.append(
                 f"| {r['size']} | {r['precision']} | {r['ours_tokens_per_s']:,.0f} | {r['marian_tokens_per_s']:,.0f} ({r['marian_attention']}) | "
@@ -447,18 +534,29 @@ def markdown(results: dict) -> str:
         fp32 = {r["size"]: r for r in results["train"] if r["precision"] == "fp32"}
         for r in results["train"]:
             if r["precision"] == "bf16" and r["size"] in fp32:
-                lines.append(f"\n{r['size']}: ours bf16 / Marian fp32 = **{r['ours_tokens_per_s'] / fp32[r['size']]['marian_tokens_per_s']:.2f}**")
+                lines.append(
+                    f"\n{r['size']}: ours bf16 / Marian fp32 = **{r['ours_tokens_per_s'] / fp32[r['size']]['marian_tokens_per_s']:.2f}**"
+                )
         lines.append("")
     if results.get("memory"):
-        lines += ["**Peak training memory** (resident-set growth over 3 steps, fresh process per model; MB)", "",
-                  "| size | precision | ours | Marian | ours / Marian |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "**Peak training memory** (resident-set growth over 3 steps, fresh process per model; MB)",
+            "",
+            "| size | precision | ours | Marian | ours / Marian |",
+            "|---|---|---|---|---|",
+        ]
         for r in results["memory"]:
-            lines.append(f"| {r['size']} | {r['precision']} | {r['ours_peak_mb']:,.0f} | {r['marian_peak_mb']:,.0f} | {r['ratio']:.2f} |")
+            lines.append(
+                f"| {r['size']} | {r['precision']} | {r['ours_peak_mb']:,.0f} | {r['marian_peak_mb']:,.0f} | {r['ratio']:.2f} |"
+            )
         lines.append("")
     if results.get("generate"):
-        lines += ["**Generation** (fixed work: min = max new tokens): new tokens/s", "",
-                  "| size | precision | search | batch | ours | Marian | ours / Marian | ms/step ours | ms/step Marian |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "**Generation** (fixed work: min = max new tokens): new tokens/s",
+            "",
+            "| size | precision | search | batch | ours | Marian | ours / Marian | ms/step ours | ms/step Marian |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in results["generate"]:
             search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
             lines.append(
@@ -467,10 +565,14 @@ def markdown(results: dict) -> str:
             )
         lines.append("")
     if results.get("length"):
-        lines += ["**Cost against length** (bf16, 8 sentences, source = target length; attention: its share of the "
-                  "training step's FLOPs)", "",
-                  "| length | attention | train step ms ours | Marian | ratio | µs per target token ours | Marian | "
-                  "greedy ms/step ours | Marian | ratio |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "**Cost against length** (bf16, 8 sentences, source = target length; attention: its share of the "
+            "training step's FLOPs)",
+            "",
+            "| length | attention | train step ms ours | Marian | ratio | µs per target token ours | Marian | "
+            "greedy ms/step ours | Marian | ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in results["length"]:
             lines.append(
                 f"| {r['length']} | {100 * r['attention_flop_share']:.0f} % | {r['ours_train_ms']:.0f} | {r['marian_train_ms']:.0f} | "
@@ -479,10 +581,16 @@ def markdown(results: dict) -> str:
             )
         lines.append("")
     if results.get("epoch"):
-        lines += ["**One Multi30k epoch** (our model, small size, bf16): non-padding target tokens/s", "",
-                  "| batching | batches | padding | tokens/s |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "**One Multi30k epoch** (our model, small size, bf16): non-padding target tokens/s",
+            "",
+            "| batching | batches | padding | tokens/s |",
+            "|---|---|---|---|",
+        ]
         for r in results["epoch"]:
-            lines.append(f"| {r['batching']} | {r['batches']} | {100 * r['padding_fraction']:.1f} % | {r['tokens_per_s']:,.0f} |")
+            lines.append(
+                f"| {r['batching']} | {r['batches']} | {100 * r['padding_fraction']:.1f} % | {r['tokens_per_s']:,.0f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -493,8 +601,13 @@ def main(argv: list[str] | None = None) -> dict:
     sections = ["train", "memory", "generate", "length", "epoch"]
     parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
     parser.add_argument("--sizes", nargs="+", default=["small", "base"], choices=list(SIZES))
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"],
-                        help="of the train, memory and generate sections (bf16: autocast)")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["fp32", "bf16"],
+        choices=["fp32", "bf16"],
+        help="of the train, memory and generate sections (bf16: autocast)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat (tests use it)")
@@ -505,14 +618,31 @@ def main(argv: list[str] | None = None) -> dict:
         args.sizes, args.repeats, args.warmup = ["smoke"], 1, 1
     args.mixed_precisions = ["no" if p == "fp32" else p for p in args.precisions]  # Accelerate's names
     bf16_peak_needed = "bf16" in args.precisions or {"length", "epoch"} & set(args.sections)
-    args.peaks = {"fp32": matmul_peak(torch.float32, 512 if args.smoke else 4096),
-                  "bf16": matmul_peak(torch.bfloat16, 512 if args.smoke else 4096) if bf16_peak_needed else None}  # fmt: skip
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor())
-    results = {"environment": {
-        "date": time.strftime("%Y-%m-%d"), "cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "python": platform.python_version(),
-        "peak_fp32": args.peaks["fp32"], "peak_bf16": args.peaks["bf16"], "command": " ".join(["python", "benchmarks/speed.py", *(argv if argv is not None else sys.argv[1:])]),
-    }}  # fmt: skip
+    args.peaks = {
+        "fp32": matmul_peak(torch.float32, 512 if args.smoke else 4096),
+        "bf16": matmul_peak(torch.bfloat16, 512 if args.smoke else 4096) if bf16_peak_needed else None,
+    }
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    results = {
+        "environment": {
+            "date": time.strftime("%Y-%m-%d"),
+            "cpu": cpu,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "peak_fp32": args.peaks["fp32"],
+            "peak_bf16": args.peaks["bf16"],
+            "command": " ".join(["python", "benchmarks/speed.py", *(argv if argv is not None else sys.argv[1:])]),
+        }
+    }
     if "train" in args.sections:
         results["train"] = section_train(args, args.sizes)
     if "memory" in args.sections:
@@ -524,12 +654,19 @@ def main(argv: list[str] | None = None) -> dict:
     if "epoch" in args.sections:
         results["epoch"] = section_epoch(args)
     args.output.mkdir(parents=True, exist_ok=True)
-    stem = "-".join(["speed", *([] if args.sections == sections else args.sections),
-                     *([] if args.precisions == ["fp32", "bf16"] else args.precisions)])  # fmt: skip
+    stem = "-".join(
+        [
+            "speed",
+            *([] if args.sections == sections else args.sections),
+            *([] if args.precisions == ["fp32", "bf16"] else args.precisions),
+        ]
+    )
     (args.output / f"{stem}.json").write_text(json.dumps(results, indent=2))
     (args.output / f"{stem}.md").write_text(markdown(results))
     if results.get("length"):
-        draw_length(results["length"], args.output / (f"{stem}.png" if stem.endswith("-length") else f"{stem}-length.png"))
+        draw_length(
+            results["length"], args.output / (f"{stem}.png" if stem.endswith("-length") else f"{stem}-length.png")
+        )
     print(markdown(results))
     return results
 

@@ -82,9 +82,17 @@ SAVE_EVERY = 50  # the last 5 checkpoints (steps 550..750) make the averaged mod
 BASE_SEEDS = (0, 1, 2)
 BASE = {**MODEL, "dropout": RECIPE["dropout"], "label_smoothing": 0.1}
 # --smoke: sizes for a test run of every code path in seconds
-SMOKE_BASE = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-              "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "dropout": 0.3,
-              "label_smoothing": 0.1}  # fmt: skip
+SMOKE_BASE = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "dropout": 0.3,
+    "label_smoothing": 0.1,
+}
 SMOKE = {"steps": 6, "save_every": 2, "max_tokens": 256, "vocab_size": 400}
 
 
@@ -118,8 +126,10 @@ def width(factor: float) -> Callable[[dict], dict]:
 
 
 def ffn(factor: float) -> Callable[[dict], dict]:
-    return lambda base: {"encoder_ffn_dim": int(base["encoder_ffn_dim"] * factor),
-                         "decoder_ffn_dim": int(base["decoder_ffn_dim"] * factor)}  # fmt: skip
+    return lambda base: {
+        "encoder_ffn_dim": int(base["encoder_ffn_dim"] * factor),
+        "decoder_ffn_dim": int(base["decoder_ffn_dim"] * factor),
+    }
 
 
 def setting(**values) -> Callable[[dict], dict]:
@@ -164,10 +174,22 @@ def describe_change(row: Row, base: dict) -> str:
     """The row's change as text, e.g. "h=1, d_k=256"."""
     if row.key == "X-averaged":
         return "average of the last 5 checkpoints"
-    s, names = settings(row, base), {"encoder_layers": "N", "encoder_ffn_dim": "d_ff", "dropout": "P_drop",
-                                     "label_smoothing": "ε_ls", "encoder_attention_heads": "h"}  # fmt: skip
-    words = {("position_embedding_type", "learned"): "learned positions", ("norm_first", True): "pre-LN",
-             ("scale_embedding", False): "no √d_model scale", ("tie_word_embeddings", False): "untied embeddings"}
+    s, names = (
+        settings(row, base),
+        {
+            "encoder_layers": "N",
+            "encoder_ffn_dim": "d_ff",
+            "dropout": "P_drop",
+            "label_smoothing": "ε_ls",
+            "encoder_attention_heads": "h",
+        },
+    )
+    words = {
+        ("position_embedding_type", "learned"): "learned positions",
+        ("norm_first", True): "pre-LN",
+        ("scale_embedding", False): "no √d_model scale",
+        ("tie_word_embeddings", False): "untied embeddings",
+    }
     parts = []
     for field, value in row.change(base).items():
         if not field.startswith("decoder_"):
@@ -189,8 +211,9 @@ def validation_perplexity(model, tokenizer, dataset, max_tokens: int) -> dict:
     tokenized, dropped = tokenize_corpus(dataset, tokenizer, max_length=10**6)
     if dropped:
         raise ValueError(f"{dropped} validation pairs are empty: perplexity would not cover the whole set.")
-    result = perplexity(model, tokenized["input_ids"], tokenized["labels"], pad_token_id=tokenizer.pad_token_id,
-                        max_tokens=max_tokens)  # fmt: skip
+    result = perplexity(
+        model, tokenized["input_ids"], tokenized["labels"], pad_token_id=tokenizer.pad_token_id, max_tokens=max_tokens
+    )
     return {"ppl": result["ppl"], "nll": result["nll"], "target_tokens": result["target_tokens"]}
 
 
@@ -198,8 +221,15 @@ def score(model, tokenizer, dataset, sentences: int | None, hypotheses_path: Pat
     """Perplexity on the whole split and sacreBLEU (beam 4) of its first ``sentences`` (all: None)."""
     result = validation_perplexity(model, tokenizer, dataset, max_tokens=4000)
     n = len(dataset) if sentences is None else min(sentences, len(dataset))
-    bleu = evaluate_model(model, tokenizer, dataset["source"][:n], dataset["target"][:n], hypotheses_path=hypotheses_path,
-                          num_beams=4, progress=progress)  # fmt: skip
+    bleu = evaluate_model(
+        model,
+        tokenizer,
+        dataset["source"][:n],
+        dataset["target"][:n],
+        hypotheses_path=hypotheses_path,
+        num_beams=4,
+        progress=progress,
+    )
     result.update({k: bleu[k] for k in ("bleu", "bleu_signature", "chrf", "n", "seconds")})
     return result
 
@@ -227,13 +257,30 @@ def run_row(row: Row, seed: int, args: argparse.Namespace, corpus, tokenizer_dir
     if args.rerun and output_dir.exists():
         shutil.rmtree(output_dir)
     config = TrainConfig(
-        dataset_name=str(args.data), source_lang=args.src_lang, target_lang=args.tgt_lang, validation_split="validation", test_split=None,
-        tokenizer_name=str(tokenizer_dir), config_overrides=model_settings, label_smoothing_factor=s["label_smoothing"], max_tokens=max_tokens,
-        warmup_steps=RECIPE["warmup_steps"], lr_factor=RECIPE["lr_factor"], max_steps=steps, mixed_precision="no",
-        seed=seed, logging_steps=50, eval_steps=10**9, eval_bleu_sentences=0, save_steps=save_every, save_total_limit=5,
-        average_last=5, output_dir=str(output_dir), resume_from_checkpoint="latest" if list_checkpoints(checkpoint_dir) else None,
+        dataset_name=str(args.data),
+        source_lang=args.src_lang,
+        target_lang=args.tgt_lang,
+        validation_split="validation",
+        test_split=None,
+        tokenizer_name=str(tokenizer_dir),
+        config_overrides=model_settings,
+        label_smoothing_factor=s["label_smoothing"],
+        max_tokens=max_tokens,
+        warmup_steps=RECIPE["warmup_steps"],
+        lr_factor=RECIPE["lr_factor"],
+        max_steps=steps,
+        mixed_precision="no",
+        seed=seed,
+        logging_steps=50,
+        eval_steps=10**9,
+        eval_bleu_sentences=0,
+        save_steps=save_every,
+        save_total_limit=5,
+        average_last=5,
+        output_dir=str(output_dir),
+        resume_from_checkpoint="latest" if list_checkpoints(checkpoint_dir) else None,
         disable_tqdm=args.smoke,
-    )  # fmt: skip
+    )
     load_before = os.getloadavg()[0]
     summary = train(config)
     if summary["step"] != steps:
@@ -242,24 +289,50 @@ def run_row(row: Row, seed: int, args: argparse.Namespace, corpus, tokenizer_dir
     model = load_model(output_dir / "final")  # the average of the last checkpoints
     record = {}
     if row.key == "base":
-        record["averaged"] = score(model, tokenizer, corpus["validation"], args.eval_sentences,
-                                   output_dir / "val.averaged.hyp", progress=not args.smoke)  # fmt: skip
+        record["averaged"] = score(
+            model,
+            tokenizer,
+            corpus["validation"],
+            args.eval_sentences,
+            output_dir / "val.averaged.hyp",
+            progress=not args.smoke,
+        )
     average_into_model(model, list_checkpoints(checkpoint_dir)[-1:])  # the last weights alone
-    record["val"] = score(model, tokenizer, corpus["validation"], args.eval_sentences, output_dir / "val.hyp",
-                          progress=not args.smoke)  # fmt: skip
+    record["val"] = score(
+        model, tokenizer, corpus["validation"], args.eval_sentences, output_dir / "val.hyp", progress=not args.smoke
+    )
     shutil.rmtree(checkpoint_dir)  # ~0.6 GB a row; final/ (the averaged model) is kept
     return {
-        "row": row.key, "seed": seed, "settings": s, "steps": summary["step"],
-        "params": sum(p.numel() for p in model.parameters()), "target_tokens": summary["target_tokens"],
-        "train_seconds": summary["loop_seconds"], **record,
-        "budget": {"steps": steps, "max_tokens_per_step": max_tokens, "warmup_steps": RECIPE["warmup_steps"],
-                   "lr_factor": RECIPE["lr_factor"], "save_every": save_every},
-        "layout": {"processes": 1, "threads": torch.get_num_threads(), "mixed_precision": "no",
-                   "attention": "sdpa", "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                   "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2)},
-        "eval_sentences": args.eval_sentences, "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "revision": args.revision, "command": args.command,
-    }  # fmt: skip
+        "row": row.key,
+        "seed": seed,
+        "settings": s,
+        "steps": summary["step"],
+        "params": sum(p.numel() for p in model.parameters()),
+        "target_tokens": summary["target_tokens"],
+        "train_seconds": summary["loop_seconds"],
+        **record,
+        "budget": {
+            "steps": steps,
+            "max_tokens_per_step": max_tokens,
+            "warmup_steps": RECIPE["warmup_steps"],
+            "lr_factor": RECIPE["lr_factor"],
+            "save_every": save_every,
+        },
+        "layout": {
+            "processes": 1,
+            "threads": torch.get_num_threads(),
+            "mixed_precision": "no",
+            "attention": "sdpa",
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "load_average_before": round(load_before, 2),
+            "load_average_after": round(os.getloadavg()[0], 2),
+        },
+        "eval_sentences": args.eval_sentences,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "revision": args.revision,
+        "command": args.command,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,8 +343,13 @@ def base_band(runs: list[dict], metric: str, averaged: bool = False) -> dict | N
     values = [(r["averaged"] if averaged else r["val"])[metric] for r in runs if r["row"] == "base"]
     if not values:
         return None
-    return {"min": min(values), "max": max(values), "mean": statistics.fmean(values), "n": len(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0}  # fmt: skip
+    return {
+        "min": min(values),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+        "n": len(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
 
 
 def row_values(runs: list[dict], key: str, metric: str) -> list[float]:
@@ -301,17 +379,31 @@ def _cell(values: list[float], digits: int) -> str:
 CLAIMS = [
     ("(A) single-head attention is worse than the base's heads (paper: −0.9 BLEU)", {("A-h1", "bleu"): "below"}),
     ("(A) too many heads also hurt (paper: 32 heads −0.4 BLEU)", {("A-h16", "bleu"): "below"}),
-    ("(B) reducing the attention key size d_k hurts (paper: −0.7 / −0.4 BLEU)",
-     {("B-dk16", "bleu"): "below", ("B-dk32", "bleu"): "below"}),
-    ("(C) smaller models are worse (fewer layers, narrower, smaller FFN)",
-     {("C-N1", "bleu"): "below", ("C-N2", "bleu"): "below", ("C-d128", "bleu"): "below", ("C-ff512", "bleu"): "below"}),
-    ("(C) bigger models are better (more layers, wider, larger FFN)",
-     {("C-N6", "bleu"): "above", ("C-d512", "bleu"): "above", ("C-ff2048", "bleu"): "above"}),
+    (
+        "(B) reducing the attention key size d_k hurts (paper: −0.7 / −0.4 BLEU)",
+        {("B-dk16", "bleu"): "below", ("B-dk32", "bleu"): "below"},
+    ),
+    (
+        "(C) smaller models are worse (fewer layers, narrower, smaller FFN)",
+        {
+            ("C-N1", "bleu"): "below",
+            ("C-N2", "bleu"): "below",
+            ("C-d128", "bleu"): "below",
+            ("C-ff512", "bleu"): "below",
+        },
+    ),
+    (
+        "(C) bigger models are better (more layers, wider, larger FFN)",
+        {("C-N6", "bleu"): "above", ("C-d512", "bleu"): "above", ("C-ff2048", "bleu"): "above"},
+    ),
     ("(D) dropout is very helpful in avoiding over-fitting (paper: none −1.2 BLEU)", {("D-drop0.0", "bleu"): "below"}),
-    ("(D) label smoothing hurts perplexity but improves BLEU (paper: without it PPL 4.67 instead of 4.92 and −0.5 "
-     "BLEU; at 0.2, PPL 5.47)", {("D-ls0.0", "ppl"): "below", ("D-ls0.0", "bleu"): "below", ("D-ls0.2", "ppl"): "above"}),
+    (
+        "(D) label smoothing hurts perplexity but improves BLEU (paper: without it PPL 4.67 instead of 4.92 and −0.5 "
+        "BLEU; at 0.2, PPL 5.47)",
+        {("D-ls0.0", "ppl"): "below", ("D-ls0.0", "bleu"): "below", ("D-ls0.2", "ppl"): "above"},
+    ),
     ("(E) learned positions give nearly identical results to the sinusoids", {("E-learned", "bleu"): "inside"}),
-]  # fmt: skip
+]
 
 
 def verdict(runs: list[dict], expected: dict[tuple[str, str], str]) -> str:
@@ -338,8 +430,10 @@ def verdict(runs: list[dict], expected: dict[tuple[str, str], str]) -> str:
 
 def describe_layout(layout: dict) -> str:
     threads, precision = layout["threads"], layout["mixed_precision"]
-    return (f"{layout['processes']} process x {threads} thread{'s' if threads > 1 else ''}, {layout['cpus']} CPUs "
-            f"({layout['processor']}), {'float32' if precision == 'no' else precision}")  # fmt: skip
+    return (
+        f"{layout['processes']} process x {threads} thread{'s' if threads > 1 else ''}, {layout['cpus']} CPUs "
+        f"({layout['processor']}), {'float32' if precision == 'no' else precision}"
+    )
 
 
 def report(results: dict, out: Path, picture: bool = True) -> str:
@@ -387,27 +481,51 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
         minutes = statistics.fmean(r["train_seconds"] for r in row_runs) / 60
         paper = row.paper or (None, None, None)
         cells = [
-            row.key, describe_change(row, base), s["encoder_layers"], s["d_model"], s["encoder_ffn_dim"],
-            s["encoder_attention_heads"], head_dim(s), s["dropout"], s["label_smoothing"], row_runs[0]["steps"],
-            _cell(ppl, 2), _cell(bleu, 2), f"{row_runs[0]['params'] / 1e6:.1f}M", band_text,
-            "—" if row.key == "X-averaged" else f"{minutes:.1f}", row.paper_change or "—",
-            "—" if paper[0] is None else paper[0], "—" if paper[1] is None else paper[1],
+            row.key,
+            describe_change(row, base),
+            s["encoder_layers"],
+            s["d_model"],
+            s["encoder_ffn_dim"],
+            s["encoder_attention_heads"],
+            head_dim(s),
+            s["dropout"],
+            s["label_smoothing"],
+            row_runs[0]["steps"],
+            _cell(ppl, 2),
+            _cell(bleu, 2),
+            f"{row_runs[0]['params'] / 1e6:.1f}M",
+            band_text,
+            "—" if row.key == "X-averaged" else f"{minutes:.1f}",
+            row.paper_change or "—",
+            "—" if paper[0] is None else paper[0],
+            "—" if paper[1] is None else paper[1],
             "—" if paper[2] is None else f"{paper[2]}M",
-        ]  # fmt: skip
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    lines += ["", "## The paper's conclusions at this scale", "",
-              f"Every row stops after {steps} steps, far from converged (the paper trains each row 100K steps): a "
-              "verdict says where a variation stands after this budget, where how fast it learns counts, not where "
-              "it would end.", ""]  # fmt: skip
+    lines += [
+        "",
+        "## The paper's conclusions at this scale",
+        "",
+        f"Every row stops after {steps} steps, far from converged (the paper trains each row 100K steps): a "
+        "verdict says where a variation stands after this budget, where how fast it learns counts, not where "
+        "it would end.",
+        "",
+    ]
     lines += [f"- {text}: {verdict(runs, expected)}" for text, expected in CLAIMS]
-    for key, what in (("X-pre-ln", "pre-LN"), ("X-no-scale", "no √d_model embedding scale"),
-                      ("X-untied", "untied embeddings"), ("X-averaged", "checkpoint averaging (base seeds)")):  # fmt: skip
+    for key, what in (
+        ("X-pre-ln", "pre-LN"),
+        ("X-no-scale", "no √d_model embedding scale"),
+        ("X-untied", "untied embeddings"),
+        ("X-averaged", "checkpoint averaging (base seeds)"),
+    ):
         values = row_values(runs, key, "bleu")
         if values and bleu_band and bleu_band["n"] >= 2:
             mean = statistics.fmean(values)
             line = f"- beyond the paper, {what}: BLEU {mean:.2f}, {position(mean, bleu_band)} the base band"
             if key == "X-averaged":
-                gains = [r["averaged"]["bleu"] - r["val"]["bleu"] for r in runs if r["row"] == "base" and "averaged" in r]
+                gains = [
+                    r["averaged"]["bleu"] - r["val"]["bleu"] for r in runs if r["row"] == "base" and "averaged" in r
+                ]
                 line += "; per seed, averaging changed BLEU by " + ", ".join(f"{g:+.2f}" for g in gains)
             lines.append(line)
     signatures = sorted({r["val"]["bleu_signature"] for r in runs})
@@ -415,8 +533,11 @@ def report(results: dict, out: Path, picture: bool = True) -> str:
     layouts: dict[str, list[str]] = {}
     for r in runs:
         layouts.setdefault(describe_layout(r["layout"]), []).append(f"{r['row']} seed {r['seed']}")
-    lines += ["Process layouts (train minutes are the training loop's wall-clock, which depends on them and on other "
-              "work beside the row; each row's load average before and after is in `table3.json`):", ""]  # fmt: skip
+    lines += [
+        "Process layouts (train minutes are the training loop's wall-clock, which depends on them and on other "
+        "work beside the row; each row's load average before and after is in `table3.json`):",
+        "",
+    ]
     lines += [f"- {layout}: {', '.join(rows)}" for layout, rows in layouts.items()] + [""]
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
@@ -435,8 +556,10 @@ def draw(runs: list[dict], path: Path, steps: int, base: dict) -> None:
 
     keys = [row.key for row in ROWS if row_values(runs, row.key, "bleu")]
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.32 * len(keys) + 1.6), sharey=True)
-    for ax, metric, label in ((axes[0], "bleu", "BLEU (val), higher is better"),
-                              (axes[1], "ppl", "perplexity (val), lower is better")):  # fmt: skip
+    for ax, metric, label in (
+        (axes[0], "bleu", "BLEU (val), higher is better"),
+        (axes[1], "ppl", "perplexity (val), lower is better"),
+    ):
         band = base_band(runs, metric)
         if band is not None:
             ax.axvspan(band["min"], band["max"], color="0.85")
@@ -453,9 +576,12 @@ def draw(runs: list[dict], path: Path, steps: int, base: dict) -> None:
     axes[0].set_yticks(range(len(keys)), labels, fontsize=8)
     axes[0].invert_yaxis()
     seeds = sum(r["row"] == "base" for r in runs)
-    fig.suptitle(f"Table 3 rerun, Multi30k de→en, {steps} steps a row, one dot per seed\n"
-                 f"shaded: the base row's {seeds} seeds (min–max), line: their mean; "
-                 f"green better / red worse than that band", fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"Table 3 rerun, Multi30k de→en, {steps} steps a row, one dot per seed\n"
+        f"shaded: the base row's {seeds} seeds (min–max), line: their mean; "
+        f"green better / red worse than that band",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -476,7 +602,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--report", action="store_true", help="only rebuild table3.md and table3.png")
     parser.add_argument("--list", action="store_true", help="print the rows and their changes")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"optimizer steps per row (default {STEPS})")
-    parser.add_argument("--eval-sentences", type=int, default=None, help="BLEU on the first N val sentences (default: all)")
+    parser.add_argument(
+        "--eval-sentences", type=int, default=None, help="BLEU on the first N val sentences (default: all)"
+    )
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
@@ -494,8 +622,10 @@ def main(argv: list[str] | None = None) -> dict:
     results = load_results(results_path)
     steps = SMOKE["steps"] if args.smoke else args.steps
     if results["runs"] and results.get("steps") != steps:
-        parser.error(f"{results_path} holds rows of {results.get('steps')} steps, not {steps}: "
-                     f"use another --output, or the same --steps")  # fmt: skip
+        parser.error(
+            f"{results_path} holds rows of {results.get('steps')} steps, not {steps}: "
+            f"use another --output, or the same --steps"
+        )
     results.update(steps=steps, base_settings=base)
     if args.report:
         if not results["runs"]:
@@ -527,8 +657,11 @@ def main(argv: list[str] | None = None) -> dict:
             results["environment"] = {"torch": torch.__version__, "python": platform.python_version()}
             write_json_atomically(results_path, results)
             report(results, args.output)
-        print(f"[{i}/{len(todo)}] {row.key} seed {seed}: PPL {record['val']['ppl']:.2f}, BLEU {record['val']['bleu']:.2f}, "
-              f"{record['train_seconds'] / 60:.1f} min", flush=True)  # fmt: skip
+        print(
+            f"[{i}/{len(todo)}] {row.key} seed {seed}: PPL {record['val']['ppl']:.2f}, BLEU {record['val']['bleu']:.2f}, "
+            f"{record['train_seconds'] / 60:.1f} min",
+            flush=True,
+        )
     return results
 
 

@@ -71,10 +71,14 @@ def make_batches(size: dict, count: int, pairs: int, lengths: tuple[int, int], s
         attention_mask = (torch.arange(src.shape[1]) < src_len[:, None]).long()
         src = src.masked_fill(attention_mask == 0, 0)
         labels = labels.masked_fill(torch.arange(labels.shape[1]) >= tgt_len[:, None], -100)
-        out.append({
-            "input_ids": src, "attention_mask": attention_mask, "labels": labels,
-            "decoder_input_ids": shift_tokens_right(labels, 0, 1),
-        })  # fmt: skip
+        out.append(
+            {
+                "input_ids": src,
+                "attention_mask": attention_mask,
+                "labels": labels,
+                "decoder_input_ids": shift_tokens_right(labels, 0, 1),
+            }
+        )
     return out
 
 
@@ -82,10 +86,19 @@ def training_arguments(output_dir: str):
     from transformers import Seq2SeqTrainingArguments
 
     return Seq2SeqTrainingArguments(
-        output_dir=output_dir, label_smoothing_factor=SMOOTHING, learning_rate=1e-4, weight_decay=0.0,
-        adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-9, max_grad_norm=0.0, use_cpu=True, report_to="none",
-        disable_tqdm=True, seed=0,
-    )  # fmt: skip
+        output_dir=output_dir,
+        label_smoothing_factor=SMOOTHING,
+        learning_rate=1e-4,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-9,
+        max_grad_norm=0.0,
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+    )
 
 
 def make_steps(size: dict, output_dir: str) -> tuple[dict, dict]:
@@ -164,13 +177,19 @@ def summarise(times: dict) -> list[dict]:
     rows = []
     for name, runs in times.items():
         throughputs = [tokens / seconds for seconds, tokens in runs]
-        rows.append({
-            "row": name, "description": ROWS[name], "tokens_per_s": statistics.median(throughputs),
-            "best_tokens_per_s": max(throughputs), "step_ms": 1000 * statistics.median(s for s, _ in runs),
-            "best_step_ms": 1000 * min(s for s, _ in runs),
-            "ratio_to_marian": statistics.median(m / s for (s, _), (m, _) in zip(runs, marian)),
-            "best_ratio_to_marian": min(m for m, _ in marian) / min(s for s, _ in runs), "repeats": len(runs),
-        })  # fmt: skip
+        rows.append(
+            {
+                "row": name,
+                "description": ROWS[name],
+                "tokens_per_s": statistics.median(throughputs),
+                "best_tokens_per_s": max(throughputs),
+                "step_ms": 1000 * statistics.median(s for s, _ in runs),
+                "best_step_ms": 1000 * min(s for s, _ in runs),
+                "ratio_to_marian": statistics.median(m / s for (s, _), (m, _) in zip(runs, marian)),
+                "best_ratio_to_marian": min(m for m, _ in marian) / min(s for s, _ in runs),
+                "repeats": len(runs),
+            }
+        )
     return rows
 
 
@@ -193,10 +212,18 @@ def markdown(results: dict) -> str:
             f"| {r['description']} | {r['tokens_per_s']:,.0f} | {r['step_ms']:,.0f} | **{r['ratio_to_marian']:.2f}** | "
             f"{r['best_step_ms']:,.0f} | {r['best_ratio_to_marian']:.2f} |"
         )
-    lines += ["", "tokens/s and step ms: medians over the rounds; / Marian: the median of the rounds' ratios (same batch, "
-              "run one after the other); best: the fastest round of each row."]
+    lines += [
+        "",
+        "tokens/s and step ms: medians over the rounds; / Marian: the median of the rounds' ratios (same batch, "
+        "run one after the other); best: the fastest round of each row.",
+    ]
     made = results["made_logits"]
-    lines += ["", "Logits made by `compute_loss` in training: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in made.items()) + "."]
+    lines += [
+        "",
+        "Logits made by `compute_loss` in training: "
+        + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in made.items())
+        + ".",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -224,23 +251,45 @@ def main(argv: list[str] | None = None) -> dict:
         steps, trainers = make_steps(size, output_dir)
         made_logits = check_paths(trainers, batches[0])
         times = measure(steps, batches, args.warmup, args.repeats)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     results = {
         "environment": {
-            "date": time.strftime("%Y-%m-%d"), "cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "command": " ".join(["python", "benchmarks/trainer_speed.py", *(argv if argv is not None else sys.argv[1:])]),
+            "date": time.strftime("%Y-%m-%d"),
+            "cpu": cpu,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "command": " ".join(
+                ["python", "benchmarks/trainer_speed.py", *(argv if argv is not None else sys.argv[1:])]
+            ),
         },
         "setup": {
-            "d_model": size["d_model"], "layers": size["layers"], "heads": size["heads"], "d_ff": size["ffn"],
-            "vocab_size": size["vocab_size"], "precision": "fp32", "pairs": args.pairs, "batches": args.batches,
-            "lengths": list(lengths), "mean_target_tokens": statistics.mean(int((b["labels"] != -100).sum()) for b in batches),
-            "repeats": args.repeats, "warmup": args.warmup, "label_smoothing": SMOOTHING,
+            "d_model": size["d_model"],
+            "layers": size["layers"],
+            "heads": size["heads"],
+            "d_ff": size["ffn"],
+            "vocab_size": size["vocab_size"],
+            "precision": "fp32",
+            "pairs": args.pairs,
+            "batches": args.batches,
+            "lengths": list(lengths),
+            "mean_target_tokens": statistics.mean(int((b["labels"] != -100).sum()) for b in batches),
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "label_smoothing": SMOOTHING,
         },
         "made_logits": made_logits,
         "rows": summarise(times),
         "seconds": {name: [s for s, _ in runs] for name, runs in times.items()},
-    }  # fmt: skip
+    }
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "trainer-speed.json").write_text(json.dumps(results, indent=2))
     (args.output / "trainer-speed.md").write_text(markdown(results))

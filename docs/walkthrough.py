@@ -107,8 +107,10 @@ config = VanillaTransformerConfig.base(vocab_size=1000, encoder_layers=2, decode
 model = VanillaTransformerForConditionalGeneration(config).eval()
 model.set_attn_implementation("eager")
 g = torch.Generator().manual_seed(0)  # the random inputs of the checks below
-print(f"d_model {config.d_model}, heads {config.encoder_attention_heads}, d_ff {config.encoder_ffn_dim}, "
-      f"dropout {config.dropout}, {sum(p.numel() for p in model.parameters()):,} parameters")
+print(
+    f"d_model {config.d_model}, heads {config.encoder_attention_heads}, d_ff {config.encoder_ffn_dim}, "
+    f"dropout {config.dropout}, {sum(p.numel() for p in model.parameters()):,} parameters"
+)
 
 # %% [markdown]
 # Figure 1, drawn from this model's own modules (`viz.plot_architecture` reads each layer's sub-layers, where
@@ -130,10 +132,18 @@ trace_g = torch.Generator().manual_seed(1)  # its own random numbers: the checks
 src_ids, tgt_ids = torch.randint(4, 1000, (1, 7), generator=trace_g), torch.randint(4, 1000, (1, 5), generator=trace_g)
 with torch.no_grad():
     traced = model(input_ids=src_ids, decoder_input_ids=tgt_ids, output_hidden_states=True)
-stages = {"source token ids": src_ids, "encoder input: embeddings × √d_model + positions": traced.encoder_hidden_states[0]}
+stages = {
+    "source token ids": src_ids,
+    "encoder input: embeddings × √d_model + positions": traced.encoder_hidden_states[0],
+}
 stages |= {f"after encoder layer {i}": h for i, h in enumerate(traced.encoder_hidden_states[1:], 1)}
-stages |= {"target token ids so far": tgt_ids, "decoder input: embeddings × √d_model + positions": traced.decoder_hidden_states[0]}
-stages |= {f"after decoder layer {i} (reads the encoder output)": h for i, h in enumerate(traced.decoder_hidden_states[1:], 1)}
+stages |= {
+    "target token ids so far": tgt_ids,
+    "decoder input: embeddings × √d_model + positions": traced.decoder_hidden_states[0],
+}
+stages |= {
+    f"after decoder layer {i} (reads the encoder output)": h for i, h in enumerate(traced.decoder_hidden_states[1:], 1)
+}
 stages |= {"logits: × the embedding matrix, transposed": traced.logits}
 for name, tensor in stages.items():
     print(f"{name:52} {tuple(tensor.shape)}")
@@ -152,6 +162,7 @@ torch.testing.assert_close(traced.logits.softmax(-1).sum(-1), torch.ones(1, 5)) 
 #
 # Sines on even dimensions, cosines on odd ones, interleaved as in the paper. The model precomputes a table,
 # the `pe` buffer of its positional module. Check it against the formula, computed here in float64:
+
 
 # %%
 def paper_pe(positions, d_model):
@@ -200,14 +211,25 @@ print(f"PE[pos + {k}] = PE[pos] · Mᵀ for pos = 0 … 999, with one fixed matr
 beyond = positions(seq_len=10, past_len=len(pe) - 5)  # positions 1019 … 1028: five in the table, five past it
 torch.testing.assert_close(beyond, paper_pe(range(len(pe) - 5, len(pe) + 5), config.d_model), atol=1e-6, rtol=0)
 
-small = dict(vocab_size=1000, d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-             decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=16)
+small = dict(
+    vocab_size=1000,
+    d_model=64,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=128,
+    decoder_ffn_dim=128,
+    max_position_embeddings=16,
+)
 long_ids = torch.randint(4, 1000, (1, 40), generator=g)
 sinusoidal = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(**small)).eval()
 logits = sinusoidal(input_ids=long_ids, decoder_input_ids=long_ids).logits
 assert logits.shape == (1, 40, 1000) and torch.isfinite(logits).all()
 
-learned = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig(**small, position_embedding_type="learned"))
+learned = VanillaTransformerForConditionalGeneration(
+    VanillaTransformerConfig(**small, position_embedding_type="learned")
+)
 try:
     learned(input_ids=long_ids, decoder_input_ids=long_ids)
     raise AssertionError("learned positions read past their table")
@@ -226,7 +248,11 @@ print("sinusoidal positions: 40 tokens in, 40 rows of finite logits out")
 # against the model's `eager_attention_forward`:
 
 # %%
-Q, K, V = torch.randn(1, 1, 3, 4, generator=g), torch.randn(1, 1, 5, 4, generator=g), torch.randn(1, 1, 5, 4, generator=g)
+Q, K, V = (
+    torch.randn(1, 1, 3, 4, generator=g),
+    torch.randn(1, 1, 5, 4, generator=g),
+    torch.randn(1, 1, 5, 4, generator=g),
+)
 weights_by_hand = (Q @ K.transpose(-1, -2) / math.sqrt(4)).softmax(dim=-1)  # [batch, head, query, key]
 output_by_hand = weights_by_hand @ V
 
@@ -243,6 +269,7 @@ print("weights (one row per query):\n", weights[0, 0].numpy().round(3))
 # $q \cdot k$ has variance $d_k$. Large scores push the softmax towards a one-hot vector, where its gradient,
 # $\partial p / \partial s = \mathrm{diag}(p) - p p^\top$, vanishes. Measured on 2,000 random queries against
 # 32 keys, with and without the scale, through the model's attention function:
+
 
 # %%
 def softmax_statistics(d_k, scaled):
@@ -267,7 +294,11 @@ unscaled, scaled = stats[64, False], stats[64, True]  # the paper's d_k
 assert 7 < unscaled["score std"] < 9 and 0.9 < scaled["score std"] < 1.1  # √64 = 8
 assert unscaled["mean max weight"] > 0.7 and scaled["mean max weight"] < 0.3
 assert unscaled["rows > 0.99 on one key"] > 0.2 and unscaled["rows with |∂p/∂s| < 0.01"] > 0.15
-assert all(stats[d_k, True][name] == 0 for d_k in (16, 64, 256) for name in ("rows > 0.99 on one key", "rows with |∂p/∂s| < 0.01"))
+assert all(
+    stats[d_k, True][name] == 0
+    for d_k in (16, 64, 256)
+    for name in ("rows > 0.99 on one key", "rows with |∂p/∂s| < 0.01")
+)
 
 # %% [markdown]
 # Without the scale, at the paper's $d_k = 64$ a quarter of the queries put over 99 % of their weight on one
@@ -314,18 +345,26 @@ print(f"{heads} heads of d_k = {d_k}: {n_params:,} parameters, as many as one he
 # %%
 cross = model.model.decoder.layers[0].encoder_attn
 cross_g = torch.Generator().manual_seed(2)
-decoder_states, encoder_output = torch.randn(1, 4, config.d_model, generator=cross_g), torch.randn(1, 6, config.d_model, generator=cross_g)
+decoder_states, encoder_output = (
+    torch.randn(1, 4, config.d_model, generator=cross_g),
+    torch.randn(1, 6, config.d_model, generator=cross_g),
+)
 cross_output, cross_weights = cross(decoder_states, key_value_states=encoder_output)
 concat = []
 for i in range(heads):
     rows = slice(i * d_k, (i + 1) * d_k)
     q = decoder_states @ cross.q_proj.weight[rows].T  # Q from the decoder
-    k, v = encoder_output @ cross.k_proj.weight[rows].T, encoder_output @ cross.v_proj.weight[rows].T  # K, V from the encoder
+    k, v = (
+        encoder_output @ cross.k_proj.weight[rows].T,
+        encoder_output @ cross.v_proj.weight[rows].T,
+    )  # K, V from the encoder
     p = (q @ k.transpose(-1, -2) / math.sqrt(d_k)).softmax(-1)  # [1, 4 target, 6 source]
     torch.testing.assert_close(cross_weights[0, i], p[0])
     concat.append(p @ v)
 torch.testing.assert_close(cross_output, torch.cat(concat, dim=-1) @ cross.out_proj.weight.T, atol=1e-5, rtol=1e-5)
-print(f"encoder–decoder attention weights: {tuple(cross_weights.shape)} = (batch, heads, target positions, source positions)")
+print(
+    f"encoder–decoder attention weights: {tuple(cross_weights.shape)} = (batch, heads, target positions, source positions)"
+)
 
 # %% [markdown]
 # ## 4. Masks (§3.2.3)
@@ -372,8 +411,10 @@ assert not torch.allclose(logits_for(changed_source, target)[0, 0], reference[0,
 padded = torch.cat([source, torch.zeros(1, 3, dtype=torch.long)], dim=1)  # three <pad> tokens (id 0)
 mask = torch.tensor([[1] * 7 + [0] * 3])
 torch.testing.assert_close(logits_for(padded, target, attention_mask=mask), reference, atol=1e-5, rtol=1e-5)
-print("a future target token changes no earlier logit; every source token reaches every target position; "
-      "padding changes nothing")
+print(
+    "a future target token changes no earlier logit; every source token reaches every target position; "
+    "padding changes nothing"
+)
 
 # %% [markdown]
 # ## 5. Position-wise feed-forward network (§3.3)
@@ -448,8 +489,10 @@ assert model.model.encoder.embed_scale == math.sqrt(config.d_model)
 torch.testing.assert_close(first_input[0], shared[ids[0]] * math.sqrt(config.d_model) + pe[:5])
 scaled_std = (shared * math.sqrt(config.d_model)).std().item()
 assert 0.95 < scaled_std < 1.05
-print(f"std of the embeddings {shared.std().item():.4f}, × √{config.d_model}: {scaled_std:.3f}; "
-      f"root mean square of PE: {pe.pow(2).mean().sqrt().item():.3f}")
+print(
+    f"std of the embeddings {shared.std().item():.4f}, × √{config.d_model}: {scaled_std:.3f}; "
+    f"root mean square of PE: {pe.pow(2).mean().sqrt().item():.3f}"
+)
 
 # %% [markdown]
 # ## 8. The whole model
@@ -568,8 +611,10 @@ for b in batches:
 assert sorted(i for b in batches for i in b) == list(range(5000))  # every pair once
 bucketed, at_random = padding_share(batches), padding_share(random_batches)
 assert bucketed < at_random / 3
-print(f"{len(batches)} batches of {min(sizes)}–{max(sizes)} pairs; padding: {bucketed:.1%} of the tokens "
-      f"(random batches of the same sizes: {at_random:.1%})")
+print(
+    f"{len(batches)} batches of {min(sizes)}–{max(sizes)} pairs; padding: {bucketed:.1%} of the tokens "
+    f"(random batches of the same sizes: {at_random:.1%})"
+)
 
 # %% [markdown]
 # **The learning rate (§5.3).** Adam with $\beta_1 = 0.9$, $\beta_2 = 0.98$, $\epsilon = 10^{-9}$, and
@@ -622,10 +667,14 @@ show(smoothing["path"])
 labels = torch.randint(4, 1000, (2, 6), generator=g)
 out = model(input_ids=torch.randint(4, 1000, (2, 7), generator=g), labels=labels, smoothing=0.1)
 log_p = out.logits.log_softmax(-1)
-q_model = torch.full_like(log_p, 0.1 / config.vocab_size).scatter(-1, labels[..., None], 1 - 0.1 + 0.1 / config.vocab_size)
+q_model = torch.full_like(log_p, 0.1 / config.vocab_size).scatter(
+    -1, labels[..., None], 1 - 0.1 + 0.1 / config.vocab_size
+)
 torch.testing.assert_close(out.loss, -(q_model * log_p).sum(-1).mean())  # cross-entropy against q
 torch.testing.assert_close(out.nll_loss, F.nll_loss(log_p.flatten(0, 1), labels.flatten()))  # and without smoothing
-print(f"model loss with ε = 0.1: {out.loss.item():.4f} (= cross-entropy against q), plain NLL: {out.nll_loss.item():.4f}")
+print(
+    f"model loss with ε = 0.1: {out.loss.item():.4f} (= cross-entropy against q), plain NLL: {out.nll_loss.item():.4f}"
+)
 
 # %% [markdown]
 # **A short real training run.** The training command's own function, `train(TrainConfig(...))`: the base
@@ -649,18 +698,44 @@ from vanilla_transformer.training import train
 from vanilla_transformer.training_config import TrainConfig
 
 run = WORK / "run"
-summary = train(TrainConfig(
-    dataset_name=str(DATA), tokenizer_name=str(WORK / "tokenizer"), max_length=10, test_split=None,
-    preset="base", config_overrides=dict(d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                              decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512, dropout=0.1),
-    max_tokens=2000, max_steps=350, warmup_steps=200, lr_factor=1.5, label_smoothing_factor=0.1,
-    logging_steps=25, eval_steps=350, eval_bleu_sentences=0, save_steps=25, average_last=5,
-    output_dir=str(run), disable_tqdm=True, seed=0,
-))
+summary = train(
+    TrainConfig(
+        dataset_name=str(DATA),
+        tokenizer_name=str(WORK / "tokenizer"),
+        max_length=10,
+        test_split=None,
+        preset="base",
+        config_overrides=dict(
+            d_model=128,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=512,
+            decoder_ffn_dim=512,
+            dropout=0.1,
+        ),
+        max_tokens=2000,
+        max_steps=350,
+        warmup_steps=200,
+        lr_factor=1.5,
+        label_smoothing_factor=0.1,
+        logging_steps=25,
+        eval_steps=350,
+        eval_bleu_sentences=0,
+        save_steps=25,
+        average_last=5,
+        output_dir=str(run),
+        disable_tqdm=True,
+        seed=0,
+    )
+)
 peak_here = 1.5 * peak_learning_rate(d_model=128, warmup_steps=200)
 assert 12 < peak_here / peak < 14
-print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens, in {summary['train_seconds']:.0f} s; "
-      f"peak learning rate {peak_here:.1e} ({peak_here / peak:.1f}× the base model's {peak:.1e})")
+print(
+    f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens, in {summary['train_seconds']:.0f} s; "
+    f"peak learning rate {peak_here:.1e} ({peak_here / peak:.1f}× the base model's {peak:.1e})"
+)
 assert summary["averaged_checkpoints"] == [f"checkpoint-{step}" for step in (250, 275, 300, 325, 350)]
 print("run/final is the average of", ", ".join(summary["averaged_checkpoints"]))
 
@@ -673,7 +748,9 @@ losses = [record["train_loss"] for record in history if "train_loss" in record]
 figure = Figure(figsize=(7, 3), dpi=90, layout="constrained")
 axes = figure.subplots()
 axes.plot(steps, losses, marker="o", markersize=3, label="training loss (label-smoothed), per 25 steps")
-axes.axhline(summary["valid_loss"], color="tab:red", linestyle="--", label=f"validation loss of the step-{steps[-1]} weights")
+axes.axhline(
+    summary["valid_loss"], color="tab:red", linestyle="--", label=f"validation loss of the step-{steps[-1]} weights"
+)
 axes.axhline(math.log(2000), color="gray", linestyle=":", label="uniform guess over 2,000 tokens: ln 2000")
 axes.set(xlabel="step", ylabel="loss (nats per token)", title="350 steps of training on Tatoeba en→de")
 axes.legend(fontsize=8)
@@ -683,8 +760,10 @@ show(WORK / "loss.png")
 first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
 assert first - last > 1.5, (first, last)  # the loss falls, by far more than its noise
 assert summary["valid_loss"] < math.log(2000) - 3
-print(f"training loss {first:.2f} → {last:.2f}; validation loss of the step-350 weights {summary['valid_loss']:.2f}, "
-      f"perplexity {summary['valid_ppl']:.1f}")
+print(
+    f"training loss {first:.2f} → {last:.2f}; validation loss of the step-350 weights {summary['valid_loss']:.2f}, "
+    f"perplexity {summary['valid_ppl']:.1f}"
+)
 
 # %% [markdown]
 # The validation loss above was measured during training, on the weights of step 350. Everything below (the
@@ -705,10 +784,18 @@ from vanilla_transformer.loading import load_model_and_tokenizer
 trained, tokenizer = load_model_and_tokenizer(run / "final")
 decoding = trained.generation_config
 assert (decoding.num_beams, decoding.length_penalty, decoding.source_length_offset) == (4, 0.6, 50)
-print(f"saved decoding: beam {decoding.num_beams}, α = {decoding.length_penalty}, "
-      f"at most source length + {decoding.source_length_offset} tokens\n")
-sentences = ["I love you.", "Where is the train station?", "Tom is reading a book.", "We have to go home now.",
-             "I don't know.", "The dog is sleeping."]
+print(
+    f"saved decoding: beam {decoding.num_beams}, α = {decoding.length_penalty}, "
+    f"at most source length + {decoding.source_length_offset} tokens\n"
+)
+sentences = [
+    "I love you.",
+    "Where is the train station?",
+    "Tom is reading a book.",
+    "We have to go home now.",
+    "I don't know.",
+    "The dog is sleeping.",
+]
 greedy, beam = translate(trained, tokenizer, sentences, num_beams=1), translate(trained, tokenizer, sentences)
 for sentence, by_greedy, by_beam in zip(sentences, greedy, beam):
     print(f"{sentence:28} greedy: {by_greedy:30} beam 4: {by_beam}")
@@ -721,6 +808,7 @@ for sentence, by_greedy, by_beam in zip(sentences, greedy, beam):
 # setting. Greedy decoding commits to one token at a time. On the first 200 pairs of
 # the test split within the training's length limit, both scored by the model itself (teacher-forced
 # log-probabilities of the generated tokens), and by sacreBLEU against the references:
+
 
 # %%
 def short(source, target, limit=10):
@@ -750,8 +838,10 @@ greedy_score, beam_score = normalised_log_probability(greedy_ids), normalised_lo
 better = (beam_score > greedy_score + 1e-4).sum().item()
 worse = (beam_score < greedy_score - 1e-4).sum().item()
 assert beam_score.mean() > greedy_score.mean()
-print(f"mean normalised log P(y|x): greedy {greedy_score.mean():.3f}, beam 4 {beam_score.mean():.3f}; "
-      f"beam better on {better}, worse on {worse}, equal on {len(test) - better - worse} sentences")
+print(
+    f"mean normalised log P(y|x): greedy {greedy_score.mean():.3f}, beam 4 {beam_score.mean():.3f}; "
+    f"beam better on {better}, worse on {worse}, equal on {len(test) - better - worse} sentences"
+)
 for name, ids in (("greedy", greedy_ids), ("beam 4", beam_ids)):
     result = score(tokenizer.batch_decode(ids, skip_special_tokens=True), references)
     print(f"{name}: sacreBLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}")
@@ -762,13 +852,16 @@ for name, ids in (("greedy", greedy_ids), ("beam 4", beam_ids)):
 # against `generate(num_beams=1)` on the same 200 sentences, with the same limit for all (30 tokens) and without
 # a cache, so that both compute each step the same way (the cache changes the last bits of the logits):
 
+
 # %%
 def greedy_by_hand(batch, limit):
     memory = trained.get_encoder()(**batch).last_hidden_state  # the encoder runs once
     out = torch.full((len(memory), 1), trained.config.decoder_start_token_id)  # shifted right: <s> first
     done = torch.zeros(len(memory), dtype=torch.bool)
     for _ in range(limit):
-        logits = trained(encoder_outputs=(memory,), attention_mask=batch["attention_mask"], decoder_input_ids=out).logits
+        logits = trained(
+            encoder_outputs=(memory,), attention_mask=batch["attention_mask"], decoder_input_ids=out
+        ).logits
         next_token = logits[:, -1].argmax(-1).masked_fill(done, tokenizer.pad_token_id)  # finished rows get padding
         out, done = torch.cat([out, next_token[:, None]], 1), done | (next_token == tokenizer.eos_token_id)
         if done.all():
@@ -876,8 +969,10 @@ assert loaded.returncode == 0, loaded.stderr[-2000:]
 remote = torch.load(WORK / "remote.pt")
 assert remote["module"].startswith("transformers_modules.")  # the folder's copy of the code ran
 assert torch.equal(remote["logits"], logits_for(source, target))
-print(f"without the package the class came from {remote['module'].split('.')[-1]}.py in the folder "
-      f"(module {remote['module'].split('.')[0]}.…); identical logits")
+print(
+    f"without the package the class came from {remote['module'].split('.')[-1]}.py in the folder "
+    f"(module {remote['module'].split('.')[0]}.…); identical logits"
+)
 
 # %% [markdown]
 # Everything this notebook wrote, the trained model in `run/final` included, lies in one temporary folder.

@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSeq2SeqLM
-
 from toy import reverse_batch, train_reverse
+from transformers import AutoModelForSeq2SeqLM
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -26,8 +25,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     model, summary = train_reverse(steps=args.steps, seed=args.seed, progress=True)
-    print(f"trained {summary['steps']} steps in {summary['seconds']:.0f} s, final loss {summary['loss']:.4f}, "
-          f"exact match on 200 held-out strings: {summary['exact_match']:.1%}")  # fmt: skip
+    print(
+        f"trained {summary['steps']} steps in {summary['seconds']:.0f} s, final loss {summary['loss']:.4f}, "
+        f"exact match on 200 held-out strings: {summary['exact_match']:.1%}"
+    )
     output = Path(args.output_dir)
     model.save_pretrained(output)
     print(f"saved to {output}/: {', '.join(sorted(p.name for p in output.iterdir()))}")

@@ -32,8 +32,10 @@ class _OldSpelling(argparse.Action):
         super().__init__(option_strings, dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"{parser.prog}: {option_string} is an old spelling of {self.new}; it still works, but use {self.new}.",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"{parser.prog}: {option_string} is an old spelling of {self.new}; it still works, but use {self.new}.",
+            file=sys.stderr,
+        )
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
@@ -43,9 +45,16 @@ def _option(group: Any, name: str, *old: str, **kwargs: Any) -> None:
     flag = kwargs.get("action") == "store_true"
     for spelling in old:
         for variant in dict.fromkeys([f"--{spelling}", f"--{spelling.replace('_', '-')}"]):
-            group.add_argument(variant, action=_OldSpelling, new=f"--{name}", dest=name, nargs=0 if flag else None,
-                               const=True if flag else None, type=kwargs.get("type"),
-                               choices=kwargs.get("choices"))  # fmt: skip
+            group.add_argument(
+                variant,
+                action=_OldSpelling,
+                new=f"--{name}",
+                dest=name,
+                nargs=0 if flag else None,
+                const=True if flag else None,
+                type=kwargs.get("type"),
+                choices=kwargs.get("choices"),
+            )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,8 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     start = what.add_mutually_exclusive_group()
     _option(start, "model_name_or_path", "model", help="saved model folder to fine-tune; none: a fresh --preset")
     _option(start, "preset", choices=("base", "big"), default="base", help="a fresh model of Table 3")
-    _option(what, "tokenizer_name", "tokenizer",
-            help="tokenizer folder; none: the model folder's, or a new joint BPE for a preset")  # fmt: skip
+    _option(
+        what,
+        "tokenizer_name",
+        "tokenizer",
+        help="tokenizer folder; none: the model folder's, or a new joint BPE for a preset",
+    )
     _option(what, "vocab_size", type=int, default=8000, help="joint BPE size for a preset")
     _option(what, "d_model", type=int, help="width of a preset (d_model); none: the preset's")
     _option(what, "layers", type=int, help="encoder and decoder layers of a preset; none: the preset's")
@@ -70,19 +83,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _option(what, "attn_implementation", choices=("sdpa", "eager"), help="attention implementation; none: the model's")
 
     data = parser.add_argument_group("data")
-    _option(data, "dataset_name", "data", default="data/tatoeba_en_de",
-            help="folder of {split}.{lang} files, .tsv, .jsonl, path prefix or Hub dataset name")  # fmt: skip
+    _option(
+        data,
+        "dataset_name",
+        "data",
+        default="data/tatoeba_en_de",
+        help="folder of {split}.{lang} files, .tsv, .jsonl, path prefix or Hub dataset name",
+    )
     _option(data, "dataset_config_name", "hub_config", help="configuration of a Hub dataset, e.g. de-en for wmt14")
     _option(data, "source_lang", "src_lang", default="en", help="source language (file suffix or record key)")
     _option(data, "target_lang", "tgt_lang", default="de", help="target language (file suffix or record key)")
     _option(data, "train_split", default="train", help="split to train on")
-    _option(data, "validation_split", "eval_split", default="validation",
-            help="split to evaluate on (empty: no evaluation)")  # fmt: skip
+    _option(
+        data, "validation_split", "eval_split", default="validation", help="split to evaluate on (empty: no evaluation)"
+    )
     _option(data, "max_length", type=int, default=128, help="drop pairs longer than this many tokens (either side)")
-    _option(data, "max_train_samples", "max_train_pairs", type=int,
-            help="use the first N training pairs; none: all")  # fmt: skip
-    _option(data, "max_eval_samples", "max_eval_pairs", type=int, default=200,
-            help="translate and score the first N evaluation pairs")  # fmt: skip
+    _option(data, "max_train_samples", "max_train_pairs", type=int, help="use the first N training pairs; none: all")
+    _option(
+        data,
+        "max_eval_samples",
+        "max_eval_pairs",
+        type=int,
+        default=200,
+        help="translate and score the first N evaluation pairs",
+    )
 
     train = parser.add_argument_group("training (Seq2SeqTrainingArguments)")
     _option(train, "output_dir", default="outputs/finetune", help="where checkpoints and the final model go")
@@ -90,11 +114,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _option(train, "warmup_steps", type=int, default=4000, help="warm-up updates of the paper's schedule (§5.3)")
     _option(train, "lr_factor", type=float, default=1.0, help="multiplies the paper's learning-rate schedule")
     _option(train, "per_device_train_batch_size", type=int, default=64, help="sentence pairs per training micro-batch")
-    _option(train, "per_device_eval_batch_size", type=int,
-            help="sentence pairs per evaluation batch; none: the training batch size")  # fmt: skip
+    _option(
+        train,
+        "per_device_eval_batch_size",
+        type=int,
+        help="sentence pairs per evaluation batch; none: the training batch size",
+    )
     _option(train, "gradient_accumulation_steps", type=int, default=1, help="micro-batches per optimizer update")
-    _option(train, "label_smoothing_factor", "label_smoothing", type=float, default=0.1,
-            help="label smoothing (§5.4: 0.1)")  # fmt: skip
+    _option(
+        train, "label_smoothing_factor", "label_smoothing", type=float, default=0.1, help="label smoothing (§5.4: 0.1)"
+    )
     _option(train, "num_beams", type=int, default=4, help="beam size of evaluation (§6.1: 4)")
     _option(train, "bf16", action="store_true", help="bf16 autocast (on the CPU when no bf16 GPU is present)")
     _option(train, "eval_steps", type=int, help="evaluate every N updates; none: only at the end")
@@ -120,8 +149,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     sizes = {name: value for name, value in sizes.items() if value is not None}
     if args.model_name_or_path and sizes:
-        raise SystemExit("--d_model/--layers/--heads/--d_ff/--dropout apply to a --preset, not to a saved "
-                         "--model_name_or_path.")  # fmt: skip
+        raise SystemExit(
+            "--d_model/--layers/--heads/--d_ff/--dropout apply to a --preset, not to a saved --model_name_or_path."
+        )
 
     result = train_with_seq2seq_trainer(
         args.dataset_name,

@@ -36,7 +36,10 @@ def exact_match(model, input_ids, attention_mask, labels) -> float:
     out = out[:, 1:]  # drop decoder_start_token_id
     expected = labels.masked_fill(labels == -100, PAD)
     width = max(out.shape[1], expected.shape[1])
-    out, expected = F.pad(out, (0, width - out.shape[1]), value=PAD), F.pad(expected, (0, width - expected.shape[1]), value=PAD)
+    out, expected = (
+        F.pad(out, (0, width - out.shape[1]), value=PAD),
+        F.pad(expected, (0, width - expected.shape[1]), value=PAD),
+    )
     return (out == expected).all(dim=1).float().mean().item()
 
 
@@ -53,10 +56,17 @@ def train_reverse(
     once the training loss is below 0.001. Returns the model (in eval mode) and a summary."""
     torch.manual_seed(seed)
     config = VanillaTransformerConfig(
-        vocab_size=vocab_size, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, dropout=0.0,
+        vocab_size=vocab_size,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        dropout=0.0,
         max_position_embeddings=64,
-    )  # fmt: skip
+    )
     model = VanillaTransformerForConditionalGeneration(config).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9)
     warmup = 100

@@ -14,8 +14,8 @@ import torch
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data import TokenBucketBatchSampler, collate_batch, load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.evaluation import score, translate
-from vanilla_transformer.tokenization import train_joint_bpe
 from vanilla_transformer.schedule import make_optimizer_and_schedule
+from vanilla_transformer.tokenization import train_joint_bpe
 
 
 def main(argv=None) -> dict:
@@ -41,13 +41,19 @@ def main(argv=None) -> dict:
 
     # 2. The model: the base preset, scaled down.
     config = VanillaTransformerConfig.base(
-        vocab_size=len(tokenizer), d_model=args.d_model, encoder_layers=2, decoder_layers=2,
-        encoder_ffn_dim=4 * args.d_model, decoder_ffn_dim=4 * args.d_model,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_ffn_dim=4 * args.d_model,
+        decoder_ffn_dim=4 * args.d_model,
+    )
     model = VanillaTransformerForConditionalGeneration(config)
 
     # 3. Adam(0.9, 0.98, 1e-9) with warm-up and inverse square-root decay (§5.3).
-    optimizer, schedule = make_optimizer_and_schedule(model, config.d_model, warmup_steps=max(args.steps // 4, 1), lr_factor=0.7)
+    optimizer, schedule = make_optimizer_and_schedule(
+        model, config.d_model, warmup_steps=max(args.steps // 4, 1), lr_factor=0.7
+    )
 
     # 4. Batches of similar lengths, capped in tokens (§5.1); label-smoothed loss (§5.4).
     sampler = TokenBucketBatchSampler(list(zip(train_set["src_len"], train_set["tgt_len"])), max_tokens=args.max_tokens)
@@ -57,7 +63,9 @@ def main(argv=None) -> dict:
     while step < args.steps:
         sampler.set_epoch(epoch)
         for indices in sampler:
-            batch = collate_batch([{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], tokenizer.pad_token_id)
+            batch = collate_batch(
+                [{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], tokenizer.pad_token_id
+            )
             out = model(**batch, smoothing=0.1, skip_logits=True)  # mean over target tokens
             out.loss.backward()
             optimizer.step()

@@ -55,8 +55,12 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(output_dir: str | Path = ROOT / "data" / "multi30k", base_url: str = BASE_URL,
-             files: dict[str, tuple[int, str]] = FILES, timeout: float = 60.0) -> list[Path]:  # fmt: skip
+def download(
+    output_dir: str | Path = ROOT / "data" / "multi30k",
+    base_url: str = BASE_URL,
+    files: dict[str, tuple[int, str]] = FILES,
+    timeout: float = 60.0,
+) -> list[Path]:
     """Fetch ``<base_url><name>.gz`` for each of ``files``, gunzip it into ``output_dir/<name>`` and check
     its line count and SHA-256. Returns the paths, in ``files``' order. A file is written under a temporary
     name and renamed only once checked, so a failed or interrupted run never leaves a wrong file behind."""
@@ -73,20 +77,27 @@ def download(output_dir: str | Path = ROOT / "data" / "multi30k", base_url: str 
         with tempfile.NamedTemporaryFile(dir=output_dir, prefix=f".{name}.", delete=False) as partial:
             partial_path = Path(partial.name)
             try:
-                with urllib.request.urlopen(url, timeout=timeout) as response, gzip.GzipFile(fileobj=response) as unzipped:
+                with (
+                    urllib.request.urlopen(url, timeout=timeout) as response,
+                    gzip.GzipFile(fileobj=response) as unzipped,
+                ):
                     shutil.copyfileobj(unzipped, partial)
             except (urllib.error.URLError, OSError, EOFError) as error:  # HTTP errors, no network, a broken gzip
                 partial.close()
                 partial_path.unlink()
-                raise DownloadError(f"{url}: could not be downloaded ({error}). Check the network, or download it by "
-                                    f"hand, gunzip it and place it at {path}.") from None  # fmt: skip
+                raise DownloadError(
+                    f"{url}: could not be downloaded ({error}). Check the network, or download it by "
+                    f"hand, gunzip it and place it at {path}."
+                ) from None
         got = sha256(partial_path)
         got_lines = partial_path.read_bytes().count(b"\n")
         if got != checksum or got_lines != lines:
             partial_path.unlink()
-            raise DownloadError(f"{url}: the file is not the recorded one ({got_lines:,} lines, sha256 {got}; expected "
-                                f"{lines:,} lines, sha256 {checksum}). It was not kept. If the repository changed, "
-                                f"its commit {COMMIT} still holds the recorded files.")  # fmt: skip
+            raise DownloadError(
+                f"{url}: the file is not the recorded one ({got_lines:,} lines, sha256 {got}; expected "
+                f"{lines:,} lines, sha256 {checksum}). It was not kept. If the repository changed, "
+                f"its commit {COMMIT} still holds the recorded files."
+            )
         partial_path.replace(path)
         print(f"{path}: {lines:,} lines, checksum verified")
     return paths
@@ -95,7 +106,9 @@ def download(output_dir: str | Path = ROOT / "data" / "multi30k", base_url: str 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", type=Path, default=ROOT / "data" / "multi30k")
-    parser.add_argument("--base-url", default=BASE_URL, help="where <split>.<lang>.gz are (default: the official repository)")
+    parser.add_argument(
+        "--base-url", default=BASE_URL, help="where <split>.<lang>.gz are (default: the official repository)"
+    )
     args = parser.parse_args(argv)
     try:
         download(args.output_dir, args.base_url)

@@ -35,8 +35,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cards import CITATION, TAGS, architecture_table, assemble_card, build_model_card
 from vanilla_transformer.loading import preset_config
-from vanilla_transformer.training_config import PRESETS
-from vanilla_transformer.training_config import TrainConfig
+from vanilla_transformer.training_config import PRESETS, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -210,11 +209,13 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
     cards = {}
     for row in report["results"]:
         if "recipe" in row:  # rows written since the script records its recipe, command and processes
-            config = multi30k_train_config(row["direction"], row["minutes"], row["recipe"], row["mixed_precision"],
-                                           row["processes"], MULTI30K_DATA)  # fmt: skip
+            config = multi30k_train_config(
+                row["direction"], row["minutes"], row["recipe"], row["mixed_precision"], row["processes"], MULTI30K_DATA
+            )
             command = row["command"]
-            source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
-                      f"{row['processes']} × {row['threads_per_process']} (processes × threads each))."  # fmt: skip
+            source = (
+                f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
+                f"{row['processes']} × {row['threads_per_process']} (processes × threads each))."
             )
         else:
             revision = pinned.get("revision", MULTI30K_UNRECORDED)
@@ -227,16 +228,25 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
             if pinned:
                 source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."
             elif row.get("date"):
-                source = (f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
-                          f"1 process); settings of `benchmarks/multi30k.py` at {revision}.")  # fmt: skip
+                source = (
+                    f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
+                    f"1 process); settings of `benchmarks/multi30k.py` at {revision}."
+                )
             else:
-                source = (f"- Results file: `{relative}` (it records no date or code revision); settings of "
-                          f"`benchmarks/multi30k.py` at {revision}.")  # fmt: skip
+                source = (
+                    f"- Results file: `{relative}` (it records no date or code revision); settings of "
+                    f"`benchmarks/multi30k.py` at {revision}."
+                )
         name = f"vanilla-transformer-multi30k-{row['direction']}-{row['minutes']:g}min"
         cards[f"{name}.md"] = build_model_card(
-            config, None, row, dataset=MULTI30K_DATASET, name=name, command=command,
+            config,
+            None,
+            row,
+            dataset=MULTI30K_DATASET,
+            name=name,
+            command=command,
             provenance=[source, _environment_line(report.get("environment"), row["test"])],
-        )  # fmt: skip
+        )
     return cards
 
 
@@ -259,7 +269,9 @@ def main_job_card(root: str | Path = ".") -> dict[str, ModelCard]:
         settings_line,
         _environment_line(None, summary["test"]),
     ]
-    card = build_model_card(config, None, summary, name=MAIN_JOB["name"], command=MAIN_JOB["command"], provenance=provenance)
+    card = build_model_card(
+        config, None, summary, name=MAIN_JOB["name"], command=MAIN_JOB["command"], provenance=provenance
+    )
     return {f"{MAIN_JOB['name']}.md": card}
 
 
@@ -287,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped the main job's card: {MAIN_JOB['results']} is missing (see this script's docstring)")
     stale = sorted(p.name for p in folder.glob("*.md") if p.name not in cards) if folder.is_dir() else []
     if args.check:
-        differ = [n for n, text in cards.items() if not (folder / n).is_file() or (folder / n).read_bytes() != text.encode()]
+        differ = [
+            n for n, text in cards.items() if not (folder / n).is_file() or (folder / n).read_bytes() != text.encode()
+        ]
         for name in differ + stale:
             print(f"out of date: {CARDS_DIR}/{name}")
         return 1 if differ or stale else 0

@@ -88,9 +88,7 @@ def read_source(source_dir: Path, verify: bool = True) -> tuple[list[str], list[
         if verify:
             got = sha256_bytes(data)
             if got != expected:
-                raise SystemExit(
-                    f"error: sha256 mismatch for {path}\n  expected {expected}\n  got      {got}"
-                )
+                raise SystemExit(f"error: sha256 mismatch for {path}\n  expected {expected}\n  got      {got}")
         text = data.decode("utf-8")
         lines = text.split("\n")
         if lines and lines[-1] == "":
@@ -168,18 +166,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--source-dir", type=Path, default=DEFAULT_SOURCE_DIR,
-                        help="folder with tatoeba.en and tatoeba.de")
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR,
-                        help="where the .gz files and MANIFEST.json go")
+    parser.add_argument(
+        "--source-dir", type=Path, default=DEFAULT_SOURCE_DIR, help="folder with tatoeba.en and tatoeba.de"
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=DEFAULT_OUT_DIR, help="where the .gz files and MANIFEST.json go"
+    )
     parser.add_argument("--seed", type=int, default=1234, help="seed for shuffling the English groups")
     parser.add_argument("--test-size", type=int, default=2000, help="test pairs")
     parser.add_argument("--valid-size", type=int, default=1000, help="validation pairs")
     parser.add_argument("--max-train", type=int, default=100_000, help="cap on training pairs")
-    parser.add_argument("--max-words", type=int, default=30,
-                        help="drop pairs where either side has more whitespace words than this")
-    parser.add_argument("--no-verify", action="store_true",
-                        help="skip the sha256 check of the source files (output then need not match MANIFEST)")
+    parser.add_argument(
+        "--max-words", type=int, default=30, help="drop pairs where either side has more whitespace words than this"
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the sha256 check of the source files (output then need not match MANIFEST)",
+    )
     args = parser.parse_args(argv)
 
     en, de = read_source(args.source_dir, verify=not args.no_verify)
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     manifest = {
         "description": "Fixed split of Tatoeba English-German pairs (manythings.org deu-eng 2018-04-07), "
-                       "made by scripts/make_tatoeba_split.py",
+        "made by scripts/make_tatoeba_split.py",
         "license": "CC BY 2.0 (https://creativecommons.org/licenses/by/2.0/)",
         "attribution": "www.manythings.org/anki and tatoeba.org",
         "source": {"files": dict(SOURCE_SHA256), "pairs": SOURCE_PAIRS},
@@ -219,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     print(f"source pairs: {clean_stats['source_pairs']}")
-    print(f"dropped: empty {clean_stats['dropped_empty']}, >{args.max_words} words "
-          f"{clean_stats['dropped_too_long']}, duplicate {clean_stats['dropped_duplicate']}")
+    print(
+        f"dropped: empty {clean_stats['dropped_empty']}, >{args.max_words} words "
+        f"{clean_stats['dropped_too_long']}, duplicate {clean_stats['dropped_duplicate']}"
+    )
     print(f"kept pairs: {clean_stats['kept_pairs']} in {split_stats['english_groups']} English groups")
     for split in SPLITS:
         print(f"{split:>5}: {len(splits[split]):>7} pairs ({split_stats['groups_per_split'][split]} groups)")

@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        print("No Chromium: install it (sudo apt-get install chromium), or run bash scripts/setup.sh as root.", file=sys.stderr)
+        print(
+            "No Chromium: install it (sudo apt-get install chromium), or run bash scripts/setup.sh as root.",
+            file=sys.stderr,
+        )
         return 1
     app, url, explorer = launch(args.model, block=False, quiet=True, source=args.source)
     blocked = []
@@ -64,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
                 page.locator("#head label").filter(has_text=f"head {args.head}").click()
             page.wait_for_timeout(500)
             expect(page.locator("#heatmap img").first).to_be_visible(timeout=120_000)
-            page.wait_for_function("() => { const i = document.querySelector('#heatmap img'); "
-                                   "return i && i.complete && i.naturalWidth > 0; }", timeout=120_000)  # fmt: skip
+            page.wait_for_function(
+                "() => { const i = document.querySelector('#heatmap img'); "
+                "return i && i.complete && i.naturalWidth > 0; }",
+                timeout=120_000,
+            )
             translation = page.locator("#translation textarea").input_value()
             png = page.screenshot(full_page=True)
             browser.close()
@@ -77,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     image.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(output, format="PNG", optimize=True)
-    print(f"{args.source!r} -> {translation!r}; {output}: {image.width}×{image.height}, {output.stat().st_size:,} bytes; "
-          f"requests outside 127.0.0.1 blocked: {len(blocked)}")  # fmt: skip
+    print(
+        f"{args.source!r} -> {translation!r}; {output}: {image.width}×{image.height}, {output.stat().st_size:,} bytes; "
+        f"requests outside 127.0.0.1 blocked: {len(blocked)}"
+    )
     return 0 if not blocked else 1
 
 

@@ -17,16 +17,29 @@ PAD, BOS, EOS = 0, 1, 2
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "tatoeba_en_de"
 #: Three German–English pairs; the tokenizer of the ``saved`` folder is trained on them.
 SOURCE, TARGET = "Ein Mann fährt Fahrrad auf der Straße.", "A man rides a bike on the street."
-SENTENCES = [SOURCE, TARGET, "Zwei Hunde spielen im Schnee.", "Two dogs play in the snow.",
-             "Eine Frau liest ein Buch.", "A woman reads a book."]  # fmt: skip
+SENTENCES = [
+    SOURCE,
+    TARGET,
+    "Zwei Hunde spielen im Schnee.",
+    "Two dogs play in the snow.",
+    "Eine Frau liest ein Buch.",
+    "A woman reads a book.",
+]
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:
     values = dict(
-        vocab_size=61, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0,
+        vocab_size=61,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.0,
         max_position_embeddings=64,
-    )  # fmt: skip
+    )
     return VanillaTransformerConfig(**{**values, **overrides})
 
 

@@ -41,7 +41,9 @@ def test_both_models_get_the_optimizer_their_trainers_use():
     optimizer = speed.adam(model)
     ours, _ = make_optimizer_and_schedule(model, model.config.d_model)
     assert type(optimizer) is type(ours) and optimizer.defaults["fused"] and ours.defaults["fused"]
-    trainer_class, trainer_kwargs = Seq2SeqTrainer.get_optimizer_cls_and_kwargs(Seq2SeqTrainingArguments(output_dir="unused"))
+    trainer_class, trainer_kwargs = Seq2SeqTrainer.get_optimizer_cls_and_kwargs(
+        Seq2SeqTrainingArguments(output_dir="unused")
+    )
     assert trainer_class is torch.optim.AdamW and trainer_kwargs.get("fused") is True
     assert Seq2SeqTrainingArguments(output_dir="unused").weight_decay == 0.0
 
@@ -61,13 +63,20 @@ def test_speed_benchmark_smoke_run_writes_its_tables(tmp_path):
     shares = [r["attention_flop_share"] for r in saved["length"]]
     assert 0 < shares[0] < shares[1] < 1  # attention's share grows with length
     for row in saved["length"]:
-        assert math.isclose(row["ours_train_us_per_token"], 1e3 * row["ours_train_ms"] / (8 * row["length"]), rel_tol=1e-9)
+        assert math.isclose(
+            row["ours_train_us_per_token"], 1e3 * row["ours_train_ms"] / (8 * row["length"]), rel_tol=1e-9
+        )
     from PIL import Image
 
     with Image.open(tmp_path / "speed-length.png") as picture:  # the cost-against-length picture
         assert picture.format == "PNG" and picture.width > 800 and picture.height > 300
     table = (tmp_path / "speed.md").read_text()
-    assert "Training step" in table and "Generation" in table and "ours / Marian" in table and "µs per target token" in table
+    assert (
+        "Training step" in table
+        and "Generation" in table
+        and "ours / Marian" in table
+        and "µs per target token" in table
+    )
     if results["epoch"]:  # needs Multi30k beside the repository
         batchings = {r["batching"]: r for r in results["epoch"]}
         assert len(batchings) == 2 and all(r["target_tokens"] > 0 for r in batchings.values())
@@ -109,9 +118,27 @@ def test_speed_benchmark_rejects_unknown_choices(argv):
 
 @pytest.mark.slow
 def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, tmp_path):
-    report = bf16_curve.main(["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--steps", "6",
-                              "--log-every", "2", "--eval-every", "3", "--output", str(tmp_path / "out"),
-                              "--workdir", str(tmp_path / "work")])  # fmt: skip
+    report = bf16_curve.main(
+        [
+            "--smoke",
+            "--data",
+            str(corpus),
+            "--src-lang",
+            "en",
+            "--tgt-lang",
+            "de",
+            "--steps",
+            "6",
+            "--log-every",
+            "2",
+            "--eval-every",
+            "3",
+            "--output",
+            str(tmp_path / "out"),
+            "--workdir",
+            str(tmp_path / "work"),
+        ]
+    )
     for run in (report["fp32"], report["bf16"]):
         assert [step for step, _ in run["train"]] == [2, 4, 6] and [step for step, _ in run["valid"]] == [3, 6]
     # same start, same batches: the first recorded losses differ only by bf16 rounding
@@ -125,10 +152,16 @@ def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, t
 def test_multi30k_scripts_without_the_data_say_how_to_get_it(tmp_path, script):
     (tmp_path / "train.en").write_text("A dog.\n")  # one file of six: not Multi30k
     extra = ["--model", str(tmp_path)] if script == "deployment.py" else []
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--data", str(tmp_path), *extra],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--data", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert f"Multi30k is not in {tmp_path} (missing: " in done.stderr and "python scripts/get_multi30k.py" in done.stderr
+    assert (
+        f"Multi30k is not in {tmp_path} (missing: " in done.stderr and "python scripts/get_multi30k.py" in done.stderr
+    )
     assert "train.en," not in done.stderr  # the file that is there is not listed
 
 
@@ -138,8 +171,16 @@ def test_multi30k_benchmark_refuses_to_train_over_an_earlier_run(tmp_path):
             (tmp_path / "data" / f"{split}.{lang}").parent.mkdir(exist_ok=True)
             (tmp_path / "data" / f"{split}.{lang}").write_text("A dog.\n")
     (tmp_path / "out" / "multi30k-en-de-60min" / "checkpoints" / "checkpoint-250").mkdir(parents=True)
-    command = [sys.executable, str(ROOT / "benchmarks" / "multi30k.py"), "--data", str(tmp_path / "data"),
-               "--output-root", str(tmp_path / "out"), "--results-dir", str(tmp_path / "results")]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "multi30k.py"),
+        "--data",
+        str(tmp_path / "data"),
+        "--output-root",
+        str(tmp_path / "out"),
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "multi30k-en-de-60min holds an earlier run of this budget: move or delete it" in done.stderr
@@ -167,8 +208,20 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
             lines = (corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
             (data / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, str(ROOT / "benchmarks" / "multi30k.py"), "--minutes", "0.05", "--directions", "de-en",
-               "--data", str(data), "--output-root", str(tmp_path / "out"), "--results-dir", str(tmp_path / "results")]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "multi30k.py"),
+        "--minutes",
+        "0.05",
+        "--directions",
+        "de-en",
+        "--data",
+        str(data),
+        "--output-root",
+        str(tmp_path / "out"),
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
     done = run_processes(command, env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "results" / "multi30k-0.05min.json").read_text())
@@ -177,8 +230,15 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     assert row["step"] >= 1 and 0 <= row["test"]["bleu"] <= 100 and row["test"]["n"] == 6
     assert row["command"].startswith("python benchmarks/multi30k.py --minutes 0.05")
     saved = json.loads((tmp_path / "out" / "multi30k-de-en-0.05min" / "train_config.json").read_text())
-    rebuilt = multi30k.train_config("de-en", 0.05, row["recipe"], row["mixed_precision"], row["processes"], str(data),
-                                    str(tmp_path / "out" / "multi30k-de-en-0.05min"))  # fmt: skip
+    rebuilt = multi30k.train_config(
+        "de-en",
+        0.05,
+        row["recipe"],
+        row["mixed_precision"],
+        row["processes"],
+        str(data),
+        str(tmp_path / "out" / "multi30k-de-en-0.05min"),
+    )
     assert saved == dataclasses.asdict(rebuilt) and rebuilt.max_tokens == row["recipe"]["max_tokens_per_step"] // 2
     cards = make_model_cards.multi30k_cards(tmp_path / "results" / "multi30k-0.05min.json", root=tmp_path)
     card = cards["vanilla-transformer-multi30k-de-en-0.05min.md"]
@@ -186,7 +246,9 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     # the paper's bias-free attention, recorded in the row, the table and the card; rows from before say biases
     assert row["recipe"]["attention_bias"] is False and "attention_bias=False" in str(card)
     assert "| de-en | 0.05 min | no |" in (tmp_path / "results" / "multi30k-0.05min.md").read_text()
-    old_row = {k: v for k, v in row.items() if k != "recipe"} | {"recipe": {k: v for k, v in row["recipe"].items() if k != "attention_bias"}}
+    old_row = {k: v for k, v in row.items() if k != "recipe"} | {
+        "recipe": {k: v for k, v in row["recipe"].items() if k != "attention_bias"}
+    }
     assert "| de-en | 0.05 min | yes |" in multi30k.results_table([old_row])
 
 
@@ -211,9 +273,24 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
     model.generation_config.source_length_offset = 4  # an untrained model rarely stops
     model.save_pretrained(tmp_path / "model"), tokenizer.save_pretrained(tmp_path / "model")
 
-    results = deployment.main(["--model", str(tmp_path / "model"), "--data", str(data), "--sentences", "4",
-                               "--greedy-sentences", "2", "--repeats", "1", "--no-memory", "--bleu",
-                               "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    results = deployment.main(
+        [
+            "--model",
+            str(tmp_path / "model"),
+            "--data",
+            str(data),
+            "--sentences",
+            "4",
+            "--greedy-sentences",
+            "2",
+            "--repeats",
+            "1",
+            "--no-memory",
+            "--bleu",
+            "--results-dir",
+            str(tmp_path / "results"),
+        ]
+    )
     assert results["marian_logit_difference"] < 1e-4  # Marian computes our function
     speed = {(r["setting"], r["engine"]): r for r in results["speed"]}
     assert len(speed) == 2 * len(deployment.ENGINES) and all(r["tokens_per_s"] > 0 for r in speed.values())
@@ -222,7 +299,9 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
         # the same work: ours and the float32 export produce the same number of tokens
         assert speed[(setting, "ours")]["target_tokens"] == speed[(setting, "CTranslate2 float32")]["target_tokens"]
     bleu = {r["engine"]: r for r in results["bleu"]}
-    assert bleu["CTranslate2 float32"]["same_as_ours"] == 4 and bleu["ours"]["bleu"] == bleu["CTranslate2 float32"]["bleu"]
+    assert (
+        bleu["CTranslate2 float32"]["same_as_ours"] == 4 and bleu["ours"]["bleu"] == bleu["CTranslate2 float32"]["bleu"]
+    )
     table = (tmp_path / "results" / "deployment.md").read_text()
     assert "CTranslate2 int8" in table and "vs MarianMTModel" in table and "sacreBLEU" in table
     assert json.loads((tmp_path / "results" / "deployment.json").read_text())["speed"] == results["speed"]
@@ -237,15 +316,33 @@ def test_ctranslate2_batching_benchmark_compares_the_mixed_batches_with_the_exac
 
     from vanilla_transformer.tokenization import train_joint_bpe
 
-    sources = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein langes Buch im Park.", "Kinder."]
+    sources = [
+        "Ein Mann fährt Rad.",
+        "Zwei Hunde spielen im Schnee.",
+        "Eine Frau liest ein langes Buch im Park.",
+        "Kinder.",
+    ]
     tokenizer = train_joint_bpe(sources, vocab_size=300, min_frequency=1)
     model = tiny_model(vocab_size=len(tokenizer))
     model.generation_config.source_length_offset = 3  # an untrained model rarely stops
     model.save_pretrained(tmp_path / "model"), tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "sources.de").write_text("\n".join(sources) + "\n", encoding="utf-8")
-    report = ctranslate2_batching.main(["--model", str(tmp_path / "model"), "--sources", str(tmp_path / "sources.de"),
-                                        "--name", "tiny", "--repeats", "1", "--threads", "1",
-                                        "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    report = ctranslate2_batching.main(
+        [
+            "--model",
+            str(tmp_path / "model"),
+            "--sources",
+            str(tmp_path / "sources.de"),
+            "--name",
+            "tiny",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--results-dir",
+            str(tmp_path / "results"),
+        ]
+    )
     for row in report["quantizations"].values():
         assert row["sentences"] == 4 and row["identical"] == 4 and row["redecoded"] == 4 and row["differing"] == []
         assert all(seconds > 0 for seconds in row["seconds"].values())
@@ -261,30 +358,67 @@ def test_length_penalty_benchmark_scores_both_forms_and_counts_the_outputs_that_
 
     from vanilla_transformer.tokenization import train_joint_bpe
 
-    sources = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein langes Buch im Park.", "Kinder."]
-    references = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a long book in the park.", "Children."]
+    sources = [
+        "Ein Mann fährt Rad.",
+        "Zwei Hunde spielen im Schnee.",
+        "Eine Frau liest ein langes Buch im Park.",
+        "Kinder.",
+    ]
+    references = [
+        "A man rides a bike.",
+        "Two dogs play in the snow.",
+        "A woman reads a long book in the park.",
+        "Children.",
+    ]
     tokenizer = train_joint_bpe(sources + references, vocab_size=300, min_frequency=1)
     model = tiny_model(vocab_size=len(tokenizer))
     model.generation_config.source_length_offset = 3
     model.save_pretrained(tmp_path / "model"), tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "src.de").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (tmp_path / "ref.en").write_text("\n".join(references) + "\n", encoding="utf-8")
-    report = length_penalty.main(["--model", str(tmp_path / "model"), "--source", str(tmp_path / "src.de"), "--reference",
-                                  str(tmp_path / "ref.en"), "--name", "tiny", "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    report = length_penalty.main(
+        [
+            "--model",
+            str(tmp_path / "model"),
+            "--source",
+            str(tmp_path / "src.de"),
+            "--reference",
+            str(tmp_path / "ref.en"),
+            "--name",
+            "tiny",
+            "--results-dir",
+            str(tmp_path / "results"),
+        ]
+    )
     assert set(report["forms"]) == {"power", "gnmt"} and report["sentences"] == 4
     assert report["identical"] + len(report["differing"]) == 4
     assert all(row["bleu_signature"].startswith("nrefs:1|case:mixed") for row in report["forms"].values())
     assert report["decoding"] == {"num_beams": 4, "length_penalty": 0.6, "source_length_offset": 3}
     assert 0 <= report["paired_bootstrap"]["p_value"] <= 1
     table = (tmp_path / "results" / "length-penalty-tiny.md").read_text()
-    assert "| \\|Y\\|^α (transformers, CTranslate2) |" in table and "| ((5 + \\|Y\\|) / 6)^α (GNMT, the paper) |" in table
+    assert (
+        "| \\|Y\\|^α (transformers, CTranslate2) |" in table and "| ((5 + \\|Y\\|) / 6)^α (GNMT, the paper) |" in table
+    )
     assert json.loads((tmp_path / "results" / "length-penalty-tiny.json").read_text()) == report
 
 
 @pytest.mark.slow
-def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_recorded_ones(corpus, tmp_path, monkeypatch, capsys):
-    args = ["--smoke", "--data", str(corpus), "--src-lang", "en", "--tgt-lang", "de", "--output", str(tmp_path / "out"),
-            "--workdir", str(tmp_path / "work")]  # fmt: skip
+def test_table3_smoke_run_records_each_row_resumes_an_interrupted_one_and_skips_recorded_ones(
+    corpus, tmp_path, monkeypatch, capsys
+):
+    args = [
+        "--smoke",
+        "--data",
+        str(corpus),
+        "--src-lang",
+        "en",
+        "--tgt-lang",
+        "de",
+        "--output",
+        str(tmp_path / "out"),
+        "--workdir",
+        str(tmp_path / "work"),
+    ]
     # an interruption after 4 of the row's 6 steps (checkpoints every 2), before it is scored
     monkeypatch.setitem(table3.SMOKE, "steps", 4)
     monkeypatch.setattr(table3, "score", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
@@ -348,9 +482,13 @@ def test_table3_report_lays_out_the_fixture_rows_against_the_base_band(tmp_path)
     assert rows["base"][11] == "31.00 (30.00–32.00)" and rows["X-averaged"][11] == "32.00 (31.00–33.00)"
     assert "B-dk16" not in rows  # not run: no line
     lines = table.splitlines()
-    verdicts = {text: next(line.removeprefix(f"- {text}: ") for line in lines if line.startswith(f"- {text}: "))
-                for text, _ in table3.CLAIMS}  # fmt: skip
-    assert verdicts["(A) single-head attention is worse than the base's heads (paper: −0.9 BLEU)"].startswith("**held**")
+    verdicts = {
+        text: next(line.removeprefix(f"- {text}: ") for line in lines if line.startswith(f"- {text}: "))
+        for text, _ in table3.CLAIMS
+    }
+    assert verdicts["(A) single-head attention is worse than the base's heads (paper: −0.9 BLEU)"].startswith(
+        "**held**"
+    )
     assert verdicts["(A) too many heads also hurt (paper: 32 heads −0.4 BLEU)"].startswith("not resolved")
     assert verdicts["(B) reducing the attention key size d_k hurts (paper: −0.7 / −0.4 BLEU)"] == "not run yet"
     assert verdicts["(C) bigger models are better (more layers, wider, larger FFN)"].startswith("**held**")
@@ -380,11 +518,27 @@ def test_the_gpu_check_dry_run_runs_every_step_on_the_cpu(tmp_path):
     from conftest import run_processes
 
     pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
-    done = run_processes(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--results-dir", str(tmp_path / "results"),
-                          "--workdir", str(tmp_path / "work")], {**os.environ, "PYTHON": sys.executable}, timeout=300)  # fmt: skip
+    done = run_processes(
+        [
+            "bash",
+            str(ROOT / "scripts" / "gpu_check.sh"),
+            "--dry-run",
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        {**os.environ, "PYTHON": sys.executable},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "results" / "gpu-check-dry-run.json").read_text())
-    assert [name for name in ("tests", "throughput", "main_job", "ctranslate2") if report[name]["ok"]] == ["tests", "throughput", "main_job", "ctranslate2"]
+    assert [name for name in ("tests", "throughput", "main_job", "ctranslate2") if report[name]["ok"]] == [
+        "tests",
+        "throughput",
+        "main_job",
+        "ctranslate2",
+    ]
     assert any(line.startswith("PASSED") and "no_training_step_waits" in line for line in report["tests"]["outcomes"])
     assert report["throughput"]["rows"]["ours"]["target_tokens_per_s"] > 0 and report["main_job"]["step"] == 2
     assert report["ctranslate2"]["identical_outputs"] == report["ctranslate2"]["sentences"]

@@ -106,7 +106,9 @@ def test_readme_names_licence_and_attribution():
 def test_split_script_reproduces_committed_files(tmp_path):
     subprocess.run(
         [sys.executable, str(SCRIPT), "--source-dir", str(SOURCE_DIR), "--out-dir", str(tmp_path)],
-        check=True, capture_output=True, timeout=120,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     for name in GZ_FILES:
         new, old = (tmp_path / name).read_bytes(), (DATA_DIR / name).read_bytes()

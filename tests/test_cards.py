@@ -7,12 +7,27 @@ from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.cards import architecture_table, build_model_card, write_model_card
 from vanilla_transformer.training_config import TrainConfig
 
-TEST = {"bleu": 12.3456, "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-        "chrf": 30.5, "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0", "n": 17}  # fmt: skip
+TEST = {
+    "bleu": 12.3456,
+    "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+    "chrf": 30.5,
+    "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+    "n": 17,
+}
 # the shape of a training run's summary (values made up for this test only)
-SUMMARY = {"step": 7, "target_tokens": 1234, "loop_seconds": 60.0, "stop_reason": "max_minutes", "processes": 2,
-           "averaged_checkpoints": ["checkpoint-5", "checkpoint-7"], "valid_loss": 4.5, "valid_ppl": 54.6,
-           "valid_bleu": 3.21, "dropped": {"train": 3}, "test": TEST}  # fmt: skip
+SUMMARY = {
+    "step": 7,
+    "target_tokens": 1234,
+    "loop_seconds": 60.0,
+    "stop_reason": "max_minutes",
+    "processes": 2,
+    "averaged_checkpoints": ["checkpoint-5", "checkpoint-7"],
+    "valid_loss": 4.5,
+    "valid_ppl": 54.6,
+    "valid_bleu": 3.21,
+    "dropped": {"train": 3},
+    "test": TEST,
+}
 
 
 def test_the_card_of_a_training_run_carries_its_measured_scores(tmp_path):
@@ -26,9 +41,18 @@ def test_the_card_of_a_training_run_carries_its_measured_scores(tmp_path):
     results = {r.metric_type: r for r in card.data.eval_results}
     assert (results["sacrebleu"].metric_value, results["chrf"].metric_value) == (12.3456, 30.5)  # exactly as measured
     assert results["sacrebleu"].metric_config == TEST["bleu_signature"] and results["sacrebleu"].dataset_split == "test"
-    for text in ("| sacreBLEU | 12.35 |", "17 sentences of the `test` split", "1,000 steps or 6 minutes",
-                 "checkpoint-5, checkpoint-7", "× 2 data-parallel processes", "train 3", "| vocabulary | 500 tokens",
-                 "Measured by the training run that wrote this folder", "CC BY 2.0", "not comparable"):  # fmt: skip
+    for text in (
+        "| sacreBLEU | 12.35 |",
+        "17 sentences of the `test` split",
+        "1,000 steps or 6 minutes",
+        "checkpoint-5, checkpoint-7",
+        "× 2 data-parallel processes",
+        "train 3",
+        "| vocabulary | 500 tokens",
+        "Measured by the training run that wrote this folder",
+        "CC BY 2.0",
+        "not comparable",
+    ):
         assert text in card.text, text
 
 
@@ -36,7 +60,9 @@ def test_without_a_test_split_or_a_model_the_card_invents_nothing():
     """training.py calls write_model_card(folder, config=, model_config=, summary=); build_model_card takes
     (config, model_config, summary) positionally. Without a test split there are no eval results; without the
     model's configuration the sizes are the preset's with the overrides, and the vocabulary is not known."""
-    config = TrainConfig(dataset_name="somewhere/else", preset="big", config_overrides={"d_model": 256}, tokenizer_name="tok")
+    config = TrainConfig(
+        dataset_name="somewhere/else", preset="big", config_overrides={"d_model": 256}, tokenizer_name="tok"
+    )
     card = build_model_card(config, None, {"step": 3})
     assert card.data.eval_results is None and card.data.datasets is None
     assert "| (no test split was scored) | |" in card.text and "see the data's own terms" in card.text
@@ -47,8 +73,11 @@ def test_without_a_test_split_or_a_model_the_card_invents_nothing():
 def test_the_architecture_table_names_every_deviation_from_the_paper():
     paper = architecture_table(VanillaTransformerConfig.base())
     assert "post-LN, as in the paper" in paper and "sinusoidal (§3.5)" in paper and "deviation" not in paper
-    changed = architecture_table(VanillaTransformerConfig(norm_first=True, position_embedding_type="learned",
-                                                          scale_embedding=False, tie_word_embeddings=False))  # fmt: skip
+    changed = architecture_table(
+        VanillaTransformerConfig(
+            norm_first=True, position_embedding_type="learned", scale_embedding=False, tie_word_embeddings=False
+        )
+    )
     assert changed.count("deviation") == 4
 
 

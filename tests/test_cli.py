@@ -71,51 +71,142 @@ def test_every_option_of_every_command_is_explained_with_its_default(command, ca
             continue
         text = entry.split(option, 1)[1]
         assert re.search(r"[a-z]{3,}", text), f"{command} {option} has no help"
-        assert "(default: " in entry or "required" in entry or option in REQUIRED[command], f"{command} {option}: no default"
+        assert "(default: " in entry or "required" in entry or option in REQUIRED[command], (
+            f"{command} {option}: no default"
+        )
 
 
-REQUIRED = {"average": {"--model_name_or_path", "--output_dir"}, "evaluate": {"--model_name_or_path", "--source", "--reference"},
-            "translate": {"--model_name_or_path"}, "export": {"--model_name_or_path", "--output_dir"},
-            "visualize": {"--output_dir"}, "explore": {"--model_name_or_path"}}  # fmt: skip
+REQUIRED = {
+    "average": {"--model_name_or_path", "--output_dir"},
+    "evaluate": {"--model_name_or_path", "--source", "--reference"},
+    "translate": {"--model_name_or_path"},
+    "export": {"--model_name_or_path", "--output_dir"},
+    "visualize": {"--output_dir"},
+    "explore": {"--model_name_or_path"},
+}
 
 
 def test_train_options_reach_the_training_config(trained_with):
-    main(["train", "--dataset_name", "corpus", "--max_tokens", "512", "--max-minutes", "2.5", "--config_overrides",
-          '{"d_model": 64}', "--resume_from_checkpoint", "--disable_tqdm", "--use_cpu", "--push_to_hub", "--hub_model_id",
-          "someone/model", "--hub_private_repo", "--test_split", "valid", "--gradient_accumulation_steps", "2"])  # fmt: skip
+    main(
+        [
+            "train",
+            "--dataset_name",
+            "corpus",
+            "--max_tokens",
+            "512",
+            "--max-minutes",
+            "2.5",
+            "--config_overrides",
+            '{"d_model": 64}',
+            "--resume_from_checkpoint",
+            "--disable_tqdm",
+            "--use_cpu",
+            "--push_to_hub",
+            "--hub_model_id",
+            "someone/model",
+            "--hub_private_repo",
+            "--test_split",
+            "valid",
+            "--gradient_accumulation_steps",
+            "2",
+        ]
+    )
     (config,) = trained_with
-    assert config == TrainConfig(dataset_name="corpus", max_tokens=512, max_minutes=2.5, config_overrides={"d_model": 64},
-                                 resume_from_checkpoint="latest", disable_tqdm=True, use_cpu=True, push_to_hub=True,
-                                 hub_model_id="someone/model", hub_private_repo=True, test_split="valid",
-                                 gradient_accumulation_steps=2)  # fmt: skip
+    assert config == TrainConfig(
+        dataset_name="corpus",
+        max_tokens=512,
+        max_minutes=2.5,
+        config_overrides={"d_model": 64},
+        resume_from_checkpoint="latest",
+        disable_tqdm=True,
+        use_cpu=True,
+        push_to_hub=True,
+        hub_model_id="someone/model",
+        hub_private_repo=True,
+        test_split="valid",
+        gradient_accumulation_steps=2,
+    )
     main(["train", "--resume_from_checkpoint", "run/checkpoints/checkpoint-4", "--model_name_or_path", "run/final"])
-    assert (trained_with[1].resume_from_checkpoint, trained_with[1].model_name_or_path) == ("run/checkpoints/checkpoint-4", "run/final")
+    assert (trained_with[1].resume_from_checkpoint, trained_with[1].model_name_or_path) == (
+        "run/checkpoints/checkpoint-4",
+        "run/final",
+    )
     main(["train"])
     assert trained_with[2] == TrainConfig()
 
 
 def test_older_spellings_of_options_still_work_and_say_what_replaced_them(trained_with, capsys):
-    main(["train", "--data", "corpus", "--model-json", '{"d_model": 64}', "--resume", "--no-progress", "--cpu",
-          "--push-to-hub", "someone/model", "--save-every", "7", "--gradient-accumulation", "2", "--src-lang", "de"])  # fmt: skip
-    assert trained_with[0] == TrainConfig(dataset_name="corpus", config_overrides={"d_model": 64}, resume_from_checkpoint="latest",
-                                          disable_tqdm=True, use_cpu=True, push_to_hub=True, hub_model_id="someone/model",
-                                          save_steps=7, gradient_accumulation_steps=2, source_lang="de")  # fmt: skip
+    main(
+        [
+            "train",
+            "--data",
+            "corpus",
+            "--model-json",
+            '{"d_model": 64}',
+            "--resume",
+            "--no-progress",
+            "--cpu",
+            "--push-to-hub",
+            "someone/model",
+            "--save-every",
+            "7",
+            "--gradient-accumulation",
+            "2",
+            "--src-lang",
+            "de",
+        ]
+    )
+    assert trained_with[0] == TrainConfig(
+        dataset_name="corpus",
+        config_overrides={"d_model": 64},
+        resume_from_checkpoint="latest",
+        disable_tqdm=True,
+        use_cpu=True,
+        push_to_hub=True,
+        hub_model_id="someone/model",
+        save_steps=7,
+        gradient_accumulation_steps=2,
+        source_lang="de",
+    )
     notices = capsys.readouterr().err
-    for old, new in (("--data", "--dataset_name"), ("--model-json", "--config_overrides"), ("--resume", "--resume_from_checkpoint"),
-                     ("--save-every", "--save_steps"), ("--src-lang", "--source_lang")):  # fmt: skip
+    for old, new in (
+        ("--data", "--dataset_name"),
+        ("--model-json", "--config_overrides"),
+        ("--resume", "--resume_from_checkpoint"),
+        ("--save-every", "--save_steps"),
+        ("--src-lang", "--source_lang"),
+    ):
         assert f"{old} is an old spelling of {new}" in notices
     main(["train", "--model", "run/final"])  # once sizes as JSON; a folder now, as for every other command
     assert trained_with[1].model_name_or_path == "run/final"
 
 
 def test_a_config_file_sets_the_defaults_and_the_command_line_wins_wherever_it_is(tmp_path, trained_with):
-    (tmp_path / "run.yaml").write_text("max_steps: 100000\nwarmup_steps: 10\nconfig_overrides:\n  d_model: 64\n  dropout: 0.3\n"
-                                       "test_split: null\ndisable_tqdm: true\n")  # fmt: skip
+    (tmp_path / "run.yaml").write_text(
+        "max_steps: 100000\nwarmup_steps: 10\nconfig_overrides:\n  d_model: 64\n  dropout: 0.3\n"
+        "test_split: null\ndisable_tqdm: true\n"
+    )
     main(["train", "--max_steps", "1000", "--config", str(tmp_path / "run.yaml"), "--seed", "4"])
-    main(["train", "--config", str(tmp_path / "run.yaml"), "--config_overrides", '{"d_model": 32}', "--disable_tqdm", "false"])
+    main(
+        [
+            "train",
+            "--config",
+            str(tmp_path / "run.yaml"),
+            "--config_overrides",
+            '{"d_model": 32}',
+            "--disable_tqdm",
+            "false",
+        ]
+    )
     first, second = trained_with
     # --max_steps 1000 is TrainConfig's default, given before --config: it still wins over the file's 100000
-    assert (first.max_steps, first.warmup_steps, first.seed, first.test_split, first.disable_tqdm) == (1000, 10, 4, None, True)
+    assert (first.max_steps, first.warmup_steps, first.seed, first.test_split, first.disable_tqdm) == (
+        1000,
+        10,
+        4,
+        None,
+        True,
+    )
     assert first.config_overrides == {"d_model": 64, "dropout": 0.3}
     assert second.config_overrides == {"d_model": 32} and second.max_steps == 100000 and not second.disable_tqdm
     (tmp_path / "run.json").write_text('{"max_minutes": 5, "preset": "big"}')
@@ -124,21 +215,31 @@ def test_a_config_file_sets_the_defaults_and_the_command_line_wins_wherever_it_i
 
 
 def test_bad_train_options_are_refused_with_a_message_and_no_traceback(tmp_path, trained_with, capsys):
-    for argv, words in ((["--max-tokenz", "5"], "unrecognized arguments: --max-tokenz"),
-                        (["--config_overrides", "{d_model: 64}"], "argument --config_overrides/--config-overrides: not valid JSON"),
-                        (["--preset", "huge"], "argument --preset: invalid choice: 'huge'")):  # fmt: skip
+    for argv, words in (
+        (["--max-tokenz", "5"], "unrecognized arguments: --max-tokenz"),
+        (["--config_overrides", "{d_model: 64}"], "argument --config_overrides/--config-overrides: not valid JSON"),
+        (["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
+    ):
         with pytest.raises(SystemExit) as done:
             main(["train", *argv])
         assert done.value.code == 2 and words in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("max_stepz: 7\n")
     (tmp_path / "typo.yaml").write_text("config_overrides:\n  d_modl: 64\n")
     (tmp_path / "typed.yaml").write_text("max_steps: many\n")
-    for argv, words in ((["--max_tokens", "0"], "TrainConfig: max_tokens=0 is out of range"),
-                        (["--config_overrides", '{"d_modl": 64}'], "'d_modl' is not a setting of VanillaTransformerConfig. Did you mean 'd_model'?"),
-                        (["--config", str(tmp_path / "bad.yaml")], "unknown training option(s) ['max_stepz']"),
-                        (["--config", str(tmp_path / "typo.yaml")], "typo.yaml: config_overrides: 'd_modl' is not a setting"),
-                        (["--config", str(tmp_path / "typed.yaml")], "typed.yaml: max_steps = 'many' is a str, but max_steps takes int"),
-                        (["--train_file", "pairs.tsv"], "train_file='pairs.tsv' needs validation_file too")):  # fmt: skip
+    for argv, words in (
+        (["--max_tokens", "0"], "TrainConfig: max_tokens=0 is out of range"),
+        (
+            ["--config_overrides", '{"d_modl": 64}'],
+            "'d_modl' is not a setting of VanillaTransformerConfig. Did you mean 'd_model'?",
+        ),
+        (["--config", str(tmp_path / "bad.yaml")], "unknown training option(s) ['max_stepz']"),
+        (["--config", str(tmp_path / "typo.yaml")], "typo.yaml: config_overrides: 'd_modl' is not a setting"),
+        (
+            ["--config", str(tmp_path / "typed.yaml")],
+            "typed.yaml: max_steps = 'many' is a str, but max_steps takes int",
+        ),
+        (["--train_file", "pairs.tsv"], "train_file='pairs.tsv' needs validation_file too"),
+    ):
         assert main(["train", *argv]) == 1
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err, err
@@ -164,15 +265,45 @@ def test_version(capsys):
 
 # ------------------------------------------------------------------ translate, evaluate, average
 def test_translate_prints_one_line_per_sentence(saved, capsys):
-    assert main(["translate", "--model_name_or_path", str(saved), "--num_beams", "1", "--device", "cpu", SOURCE, "Zwei Hunde."]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--model_name_or_path",
+                str(saved),
+                "--num_beams",
+                "1",
+                "--device",
+                "cpu",
+                SOURCE,
+                "Zwei Hunde.",
+            ]
+        )
+        == 0
+    )
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
 def _translate_process(saved: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.Popen([sys.executable, str(Path(__file__).parent / "helpers" / "peak_memory.py"), "translate",
-                             "--model_name_or_path", str(saved), "--num_beams", "1", "--device", "cpu", *extra],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)  # fmt: skip
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "helpers" / "peak_memory.py"),
+            "translate",
+            "--model_name_or_path",
+            str(saved),
+            "--num_beams",
+            "1",
+            "--device",
+            "cpu",
+            *extra,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
 
 
 def test_translate_keeps_one_output_line_per_input_line_blank_ones_included(saved, tmp_path):
@@ -229,18 +360,39 @@ def test_evaluate_scores_and_writes_the_hypotheses(saved, tmp_path, capsys):
     (tmp_path / "src.de").write_text("\n".join(SENTENCES[::2]) + "\n", encoding="utf-8")
     with gzip.open(tmp_path / "ref.en.gz", "wt", encoding="utf-8") as f:  # the bundled test sets are gzipped
         f.write("\n".join(SENTENCES[1::2]) + "\n")
-    argv = ["evaluate", "--model_name_or_path", str(saved), "--source", str(tmp_path / "src.de"), "--reference",
-            str(tmp_path / "ref.en.gz"), "--output", str(tmp_path / "hyp.en"), "--num_beams", "2"]  # fmt: skip
+    argv = [
+        "evaluate",
+        "--model_name_or_path",
+        str(saved),
+        "--source",
+        str(tmp_path / "src.de"),
+        "--reference",
+        str(tmp_path / "ref.en.gz"),
+        "--output",
+        str(tmp_path / "hyp.en"),
+        "--num_beams",
+        "2",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"^BLEU \d+\.\d\d  nrefs:1", printed, re.M) and re.search(r"^chrF \d+\.\d\d  nrefs:1", printed, re.M)
+    assert re.search(r"^BLEU \d+\.\d\d  nrefs:1", printed, re.M) and re.search(
+        r"^chrF \d+\.\d\d  nrefs:1", printed, re.M
+    )
     assert len((tmp_path / "hyp.en").read_text(encoding="utf-8").splitlines()) == 3
 
 
 def test_evaluate_names_a_file_that_is_not_utf8(saved, tmp_path, capsys):
     (tmp_path / "src.de").write_bytes("Gr\u00fc\u00dfe\n".encode("latin-1"))
     (tmp_path / "ref.en").write_text("Greetings\n", encoding="utf-8")
-    argv = ["evaluate", "--model_name_or_path", str(saved), "--source", str(tmp_path / "src.de"), "--reference", str(tmp_path / "ref.en")]
+    argv = [
+        "evaluate",
+        "--model_name_or_path",
+        str(saved),
+        "--source",
+        str(tmp_path / "src.de"),
+        "--reference",
+        str(tmp_path / "ref.en"),
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"{tmp_path / 'src.de'} is not UTF-8: line 1" in err and "Traceback" not in err
@@ -248,8 +400,18 @@ def test_evaluate_names_a_file_that_is_not_utf8(saved, tmp_path, capsys):
 
 def test_average_writes_the_mean_of_the_checkpoints_into_a_folder_that_translates(saved, tmp_path, capsys):
     other = tmp_path / "other"
-    tiny_model(seed=1, vocab_size=len(load_file(saved / "model.safetensors")["model.shared.weight"])).save_pretrained(other)
-    argv = ["average", str(saved), str(other), "--model_name_or_path", str(saved), "--output_dir", str(tmp_path / "avg")]
+    tiny_model(seed=1, vocab_size=len(load_file(saved / "model.safetensors")["model.shared.weight"])).save_pretrained(
+        other
+    )
+    argv = [
+        "average",
+        str(saved),
+        str(other),
+        "--model_name_or_path",
+        str(saved),
+        "--output_dir",
+        str(tmp_path / "avg"),
+    ]
     assert main(argv) == 0
     assert "averaged 2 checkpoints" in capsys.readouterr().out
     a, b = load_file(saved / "model.safetensors"), load_file(other / "model.safetensors")
@@ -257,7 +419,9 @@ def test_average_writes_the_mean_of_the_checkpoints_into_a_folder_that_translate
     for name, tensor in averaged.items():
         torch.testing.assert_close(tensor, (a[name] + b[name]) / 2, rtol=0, atol=1e-6)
     assert {"tokenizer.json", "generation_config.json", "config.json"} <= {p.name for p in (tmp_path / "avg").iterdir()}
-    assert main(["translate", "--model_name_or_path", str(tmp_path / "avg"), "--num_beams", "1", SOURCE]) == 0  # the next step
+    assert (
+        main(["translate", "--model_name_or_path", str(tmp_path / "avg"), "--num_beams", "1", SOURCE]) == 0
+    )  # the next step
     assert capsys.readouterr().out.strip()
 
 
@@ -267,7 +431,17 @@ def test_visualize_command_writes_every_picture(tmp_path, saved, capsys):
     from vanilla_transformer.visualization import FILES
 
     out = tmp_path / "pictures"
-    argv = ["visualize", "--output_dir", str(out), "--model_name_or_path", str(saved), "--source", SOURCE, "--target", TARGET]
+    argv = [
+        "visualize",
+        "--output_dir",
+        str(out),
+        "--model_name_or_path",
+        str(saved),
+        "--source",
+        SOURCE,
+        "--target",
+        TARGET,
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out.split()
     assert sorted(printed) == sorted(str(out / name) for name in FILES.values())
@@ -278,9 +452,21 @@ def test_visualize_command_writes_every_picture(tmp_path, saved, capsys):
     assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == sorted(
         FILES[k] for k in ("architecture", "positional_encoding", "masks", "learning_rate", "label_smoothing")
     )
-    assert main(["visualize", "--output_dir", str(tmp_path / "x"), "--model_name_or_path", str(saved)]) == 1  # no --source
+    assert (
+        main(["visualize", "--output_dir", str(tmp_path / "x"), "--model_name_or_path", str(saved)]) == 1
+    )  # no --source
     assert "--source" in capsys.readouterr().err
-    bad = ["visualize", "--output_dir", str(tmp_path / "y"), "--model_name_or_path", str(saved), "--source", SOURCE, "--layer", "5"]
+    bad = [
+        "visualize",
+        "--output_dir",
+        str(tmp_path / "y"),
+        "--model_name_or_path",
+        str(saved),
+        "--source",
+        SOURCE,
+        "--layer",
+        "5",
+    ]
     assert main(bad) == 1 and "layer 5 does not exist" in capsys.readouterr().err
     assert not (tmp_path / "y").exists()  # checked before anything is drawn
 

@@ -515,7 +515,11 @@ def test_collate_shifts_labels_as_the_model_does_where_the_labels_are_real():
     (what the loss sees), and padding beyond, whatever value pads the labels."""
     from vanilla_transformer import shift_tokens_right
 
-    examples = [{"input_ids": [4], "labels": [7, 8, 9, 2]}, {"input_ids": [4], "labels": [5, 2]}, {"input_ids": [4], "labels": [6]}]
+    examples = [
+        {"input_ids": [4], "labels": [7, 8, 9, 2]},
+        {"input_ids": [4], "labels": [5, 2]},
+        {"input_ids": [4], "labels": [6]},
+    ]
     for label_pad in (-100, -1):
         batch = collate_batch(examples, pad_token_id=0, label_pad_token_id=label_pad, decoder_start_token_id=3)
         labels = batch["labels"]
@@ -534,7 +538,10 @@ def test_collate_pairs_leaves_out_the_mask_only_when_no_source_is_padded():
     same = collate_pairs(sources, targets, [0, 1], pad_token_id=0)
     assert "attention_mask" not in same and same["labels"].tolist() == [[9, 2, -100], [9, 9, 2]]
     padded = collate_pairs(sources, targets, [2, 0], pad_token_id=0)
-    assert padded["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]] and padded["input_ids"].tolist() == [[7, 8, 2], [5, 2, 0]]
+    assert padded["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]] and padded["input_ids"].tolist() == [
+        [7, 8, 2],
+        [5, 2, 0],
+    ]
 
 
 def test_end_to_end_dataloader(tiny_tok):

@@ -18,8 +18,11 @@ from vanilla_transformer.evaluation import (
 )
 from vanilla_transformer.tokenization import train_joint_bpe
 
-ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed (pip install '.[ctranslate2]')")
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the ctranslate2 extra is not installed (pip install '.[ctranslate2]')"
+)
 from vanilla_transformer.deployment import CTranslate2Translator, export_ctranslate2  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def pairs():
@@ -69,7 +72,9 @@ def generated_ids(model, tokenizer, texts: list[str], **kwargs) -> list[list[int
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     with torch.no_grad():
         sequences = model.generate(**batch, **kwargs)
-    return [row[1:].tolist()[: row[1:].tolist().index(EOS)] if EOS in row[1:] else row[1:].tolist() for row in sequences]
+    return [
+        row[1:].tolist()[: row[1:].tolist().index(EOS)] if EOS in row[1:] else row[1:].tolist() for row in sequences
+    ]
 
 
 def test_the_export_computes_the_models_log_probabilities(trained, tokenizer, exported):
@@ -90,13 +95,29 @@ def test_the_export_computes_the_models_log_probabilities(trained, tokenizer, ex
 
 @pytest.mark.parametrize(
     "flags",
-    [{"norm_first": True}, {"position_embedding_type": "learned"}, {"scale_embedding": False},
-     {"tie_word_embeddings": False}, {"encoder_layers": 1, "decoder_attention_heads": 2, "layer_norm_eps": 1e-3},
-     {"head_dim": 4}, {"head_dim": 16}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12},
-     {"attention_bias": True}],
-    ids=["pre-LN", "learned positions", "no embedding scale", "untied embeddings", "uneven sizes",
-         "4 heads of 4", "4 heads of 16", "3 and 5 heads of 12", "attention biases"],
-)  # fmt: skip
+    [
+        {"norm_first": True},
+        {"position_embedding_type": "learned"},
+        {"scale_embedding": False},
+        {"tie_word_embeddings": False},
+        {"encoder_layers": 1, "decoder_attention_heads": 2, "layer_norm_eps": 1e-3},
+        {"head_dim": 4},
+        {"head_dim": 16},
+        {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12},
+        {"attention_bias": True},
+    ],
+    ids=[
+        "pre-LN",
+        "learned positions",
+        "no embedding scale",
+        "untied embeddings",
+        "uneven sizes",
+        "4 heads of 4",
+        "4 heads of 16",
+        "3 and 5 heads of 12",
+        "attention biases",
+    ],
+)
 def test_every_configuration_flag_exports_exactly(flags, tokenizer, tmp_path):
     model = tiny_model(seed=1, vocab_size=len(tokenizer), **flags)
     torch.nn.init.normal_(model.lm_head.weight, std=0.3)  # untied: differs from the embedding (tied: the same tensor)
@@ -227,8 +248,10 @@ def test_int8_export_is_smaller_close_to_float32_and_translates(trained, tokeniz
     engine = CTranslate2Translator(export_ctranslate2(folder, tmp_path / "int8", quantization="int8"))
     assert (tmp_path / "int8" / "model.bin").stat().st_size < 0.5 * (exported.folder / "model.bin").stat().st_size
     sources, targets = bundled_lines("valid.de.gz", 8), bundled_lines("valid.en.gz", 8)
-    batch = ([tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources)["input_ids"]],
-             [tokenizer.tokenize(text) for text in targets])  # fmt: skip
+    batch = (
+        [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources)["input_ids"]],
+        [tokenizer.tokenize(text) for text in targets],
+    )
     float32 = torch.cat([torch.tensor(r.log_probs) for r in exported.translator.score_batch(*batch)])
     int8 = torch.cat([torch.tensor(r.log_probs) for r in engine.translator.score_batch(*batch)])
     assert not torch.equal(int8, float32) and (int8 - float32).abs().mean() < 0.05 * float32.abs().mean()
@@ -242,14 +265,26 @@ def test_the_command_line_exports_and_translates_with_either_engine(trained, tok
     outputs = {}
     for engine, model in (("transformers", folder), ("ctranslate2", tmp_path / "export")):
         capsys.readouterr()
-        assert main(["translate", "--model_name_or_path", str(model), "--engine", engine, "--num_beams", "1", *texts]) == 0
+        assert (
+            main(["translate", "--model_name_or_path", str(model), "--engine", engine, "--num_beams", "1", *texts]) == 0
+        )
         outputs[engine] = capsys.readouterr().out
     assert outputs["ctranslate2"] == outputs["transformers"] and len(outputs["transformers"].splitlines()) == 4
 
     source, reference = tmp_path / "src.de", tmp_path / "ref.en"
     source.write_text("\n".join(texts) + "\n"), reference.write_text("\n".join(bundled_lines("test.en.gz", 4)) + "\n")
     for engine, model in (("transformers", folder), ("ctranslate2", tmp_path / "export")):
-        args = ["evaluate", "--model_name_or_path", str(model), "--engine", engine, "--source", str(source), "--reference", str(reference)]
+        args = [
+            "evaluate",
+            "--model_name_or_path",
+            str(model),
+            "--engine",
+            engine,
+            "--source",
+            str(source),
+            "--reference",
+            str(reference),
+        ]
         assert main([*args, "--output", str(tmp_path / f"{engine}.txt"), "--length_penalty", "0"]) == 0
     assert (tmp_path / "ctranslate2.txt").read_text() == (tmp_path / "transformers.txt").read_text()
 

@@ -14,7 +14,15 @@ import torch
 from conftest import run_processes
 from test_training import TINY_MODEL
 
-from vanilla_transformer.distributed import DELAY_POINTS, DELAYS_VARIABLE, _parse_delays, agree, any_process, on_main_process, test_delay
+from vanilla_transformer.distributed import (
+    DELAY_POINTS,
+    DELAYS_VARIABLE,
+    _parse_delays,
+    agree,
+    any_process,
+    on_main_process,
+    test_delay,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "tests" / "helpers" / "distributed_train.py"
@@ -23,13 +31,47 @@ RUN_LIMIT_S = 240  # one tiny run takes 20-60 s on 2 busy cores
 
 def _train(processes: int, output_dir: Path, corpus: Path, delays: str, *extra: str, env: dict | None = None):
     """``vanilla-transformer train`` as ``processes`` torchrun processes; all killed past RUN_LIMIT_S."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               str(LAUNCHER), "train", "--dataset_name", str(corpus), "--output-dir", str(output_dir), "--vocab-size", "300",
-               "--config_overrides", json.dumps(TINY_MODEL), "--max-tokens", "256", "--warmup-steps", "2",
-               "--eval_steps", "2", "--save_steps", "2", "--eval-bleu-sentences", "2", "--generation_num_beams", "1",
-               "--seed", "3", "--disable_tqdm", *extra]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           DELAYS_VARIABLE: delays, **(env or {})}  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={processes}",
+        str(LAUNCHER),
+        "train",
+        "--dataset_name",
+        str(corpus),
+        "--output-dir",
+        str(output_dir),
+        "--vocab-size",
+        "300",
+        "--config_overrides",
+        json.dumps(TINY_MODEL),
+        "--max-tokens",
+        "256",
+        "--warmup-steps",
+        "2",
+        "--eval_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--eval-bleu-sentences",
+        "2",
+        "--generation_num_beams",
+        "1",
+        "--seed",
+        "3",
+        "--disable_tqdm",
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        DELAYS_VARIABLE: delays,
+        **(env or {}),
+    }
     done = run_processes(command, env, timeout=RUN_LIMIT_S)
     return done.returncode, done.stdout, done.stderr
 
@@ -37,7 +79,9 @@ def _train(processes: int, output_dir: Path, corpus: Path, delays: str, *extra: 
 def _assert_same_weights_on_every_process(output_dir: Path, processes: int) -> None:
     digests = [(output_dir / f"weights-rank{rank}.sha256").read_text() for rank in range(processes)]
     assert len(set(digests)) == 1, digests
-    assert (output_dir / "final" / "model.safetensors").is_file() and (output_dir / "final" / "tokenizer.json").is_file()
+    assert (output_dir / "final" / "model.safetensors").is_file() and (
+        output_dir / "final" / "tokenizer.json"
+    ).is_file()
 
 
 # ------------------------------------------------------------------ real runs
@@ -78,8 +122,9 @@ def test_three_processes_finish_a_run_with_a_given_tokenizer_and_its_resumption(
 
 @pytest.mark.timeout(RUN_LIMIT_S + 60)
 def test_a_failure_on_the_main_process_stops_the_others_instead_of_leaving_them_waiting(corpus, tmp_path):
-    code, out, err = _train(2, tmp_path / "run", corpus, "finish:1=1", "--max-steps", "2",
-                            env={"FAIL_ON_MAIN_PROCESS": "1"})  # fmt: skip
+    code, out, err = _train(
+        2, tmp_path / "run", corpus, "finish:1=1", "--max-steps", "2", env={"FAIL_ON_MAIN_PROCESS": "1"}
+    )
     assert code != 0
     assert "No space left on device (injected)" in err
     assert "The main process failed while averaging checkpoints and saving the final model" in err

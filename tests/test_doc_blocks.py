@@ -69,7 +69,7 @@ NOT_RUN = {
         "it needs 8 GPUs and the Hub; tests/test_recipes.py runs the recipe for two steps on local data",
     ("docs/transformers.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml -m vanilla_transformer train --config RUN.yaml"):
         "it needs 8 GPUs; tests/test_distributed.py runs torchrun with 2 and 3 processes",
-}  # fmt: skip  (one entry per line, however long: the table reads as a list)
+}  # one entry per line, however long: the table reads as a list  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,8 +85,10 @@ class BashEvaluator:
     def __call__(self, example) -> str | None:
         done = _run_bash(str(example.parsed), self.cwd)
         if done.returncode != 0:
-            return (f"the block exited with {done.returncode}\n{example.parsed}\n--- stdout\n{done.stdout[-2000:]}\n"
-                    f"--- stderr\n{done.stderr[-4000:]}")  # fmt: skip
+            return (
+                f"the block exited with {done.returncode}\n{example.parsed}\n--- stdout\n{done.stdout[-2000:]}\n"
+                f"--- stderr\n{done.stderr[-4000:]}"
+            )
         return None
 
 
@@ -130,7 +132,10 @@ def test_every_block_marked_not_to_run_is_listed_with_its_reason():
             if example.marker and example.marker[0] == "Not run by the tests":
                 marked[(page, example.first_line)] = example.marker[1].rstrip(".")
     assert marked == NOT_RUN, "NOT_RUN and the pages' markers differ"
-    print("\nblocks not run by the tests:\n" + "\n".join(f"  {page}: {line}\n    ({why})" for (page, line), why in marked.items()))
+    print(
+        "\nblocks not run by the tests:\n"
+        + "\n".join(f"  {page}: {line}\n    ({why})" for (page, line), why in marked.items())
+    )
 
 
 def test_code_blocks_are_bash_or_python_or_plain_text():
@@ -153,13 +158,25 @@ def test_a_failing_block_fails_its_page(tmp_path):
 # --------------------------------------------------------------------------------------------
 def _environment() -> dict:
     bin_dir = str(Path(sys.executable).parent)  # the venv's python, vanilla-transformer, accelerate, torchrun
-    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _run_bash(source: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", source], cwd=cwd, env=_environment(), capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", source],
+        cwd=cwd,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 RUN_YAML = """\
@@ -209,7 +226,9 @@ def make_workspace(work: Path) -> Path:
     for split, (name, n) in {"train": ("train", 3000), "valid": ("val", 20), "test": ("test_2016_flickr", 12)}.items():
         for lang in ("en", "de"):
             with gzip.open(bundled / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                (multi30k / f"{name}.{lang}").write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
+                (multi30k / f"{name}.{lang}").write_text(
+                    "".join(line for _, line in zip(range(n), f)), encoding="utf-8"
+                )
     for lang in ("en", "de"):
         shutil.copy(multi30k / f"test_2016_flickr.{lang}", work / f"test.{lang}")
     (work / "RUN.yaml").write_text(RUN_YAML, encoding="utf-8")

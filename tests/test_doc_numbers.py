@@ -44,7 +44,9 @@ def speed_rows(section: str, **match) -> list[dict]:
 
 
 def deployment(setting: str, engine: str) -> float:
-    return next(r["vs_marian"] for r in load("deployment")["speed"] if r["setting"] == setting and r["engine"] == engine)
+    return next(
+        r["vs_marian"] for r in load("deployment")["speed"] if r["setting"] == setting and r["engine"] == engine
+    )
 
 
 def table3_val_bleu(row: str) -> list[float]:
@@ -83,7 +85,8 @@ def claims() -> list[tuple[str, str]]:
         f"en→de **{en_de['test']['bleu']:.2f}** (chrF {en_de['test']['chrf']:.2f}",
         f"Tatoeba {tatoeba['forms']['power']['bleu']:.2f} / {tatoeba['forms']['gnmt']['bleu']:.2f}, "
         f"Multi30k de→en {multi30k['forms']['power']['bleu']:.2f} / {multi30k['forms']['gnmt']['bleu']:.2f} sacreBLEU",
-        f"{round(100 * min(identical))} % of outputs identical" if round(100 * min(identical)) == round(100 * max(identical))
+        f"{round(100 * min(identical))} % of outputs identical"
+        if round(100 * min(identical)) == round(100 * max(identical))
         else f"{span([100 * x for x in identical], 0, ' %')} of outputs identical",
         f"paired bootstrap p {tatoeba['paired_bootstrap']['p_value']:.3f} / {multi30k['paired_bootstrap']['p_value']:.3f}",
         f"base val BLEU {span(table3_val_bleu('base'), 2, '')} over {len(table3_val_bleu('base'))} seeds",
@@ -128,7 +131,9 @@ def test_a_changed_number_is_caught():
     assert readme.count(f"**{bleu}**") == 1
     wrong = readme.replace(f"**{bleu}**", f"**{bleu[:-1]}{(int(bleu[-1]) + 1) % 10}**")
     pages = {name: page(name) for name in {where for where, _ in claimed}} | {"README.md": wrong}
-    assert [text for _, text in unmatched(claimed, pages)] == [t for w, t in claimed if w == "README.md" and f"**{bleu}**" in t]
+    assert [text for _, text in unmatched(claimed, pages)] == [
+        t for w, t in claimed if w == "README.md" and f"**{bleu}**" in t
+    ]
 
 
 MEASURED = re.compile(r"\d[\d,]*(?:\.\d+)?(?:–\d[\d,]*(?:\.\d+)?)?\s?(?:×|%)|\d+\.\d+")

@@ -47,6 +47,6 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
     page.write_text(
         "[ok](../there.md#part) ![ok](../docs) [web](https://example.org/x) [anchor](#here) [mail](mailto:a@b.c)\n"
         "`[not a link](nowhere.md)`\n```\n[not a link](nowhere.md)\n```\n"
-        "[broken](there.md) ![broken picture](images/missing.png \"title\")\n"
+        '[broken](there.md) ![broken picture](images/missing.png "title")\n'
     )
     assert broken_links(page) == ["there.md", "images/missing.png"]

@@ -44,8 +44,13 @@ def spy_on_generate(monkeypatch, model, **extra) -> list[dict]:
     calls, generate, prepare = [], model.generate, model._prepare_generation_config
 
     def recorded_generate(input_ids, **kwargs):
-        calls.append({"input_ids": input_ids, "kwargs": dict(kwargs), "autocast": torch.get_autocast_dtype("cpu")
-                      if torch.is_autocast_enabled("cpu") else None})  # fmt: skip
+        calls.append(
+            {
+                "input_ids": input_ids,
+                "kwargs": dict(kwargs),
+                "autocast": torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None,
+            }
+        )
         calls[-1]["output"] = generate(input_ids, **kwargs, **extra)
         return calls[-1]["output"]
 
@@ -133,7 +138,9 @@ def test_translate_uses_paper_defaults(mt_model, tokenizer, valid_sentences, mon
     out = translate(mt_model, tokenizer, texts, progress=True)
     assert len(out) == 2 and all(isinstance(t, str) and t for t in out)
     (call,) = calls  # one batch
-    assert not {"num_beams", "length_penalty", "max_new_tokens", "max_length"} & call["kwargs"].keys()  # the model decides
+    assert (
+        not {"num_beams", "length_penalty", "max_new_tokens", "max_length"} & call["kwargs"].keys()
+    )  # the model decides
     config = call["config"]
     assert (config.num_beams, config.length_penalty, config.max_new_tokens) == (4, 0.6, max(lengths) + 50)
     generated = call["output"][:, 1:]  # after the decoder start token; the batch is longest first
@@ -159,7 +166,9 @@ def test_translate_rejects_sources_longer_than_learned_positions(tokenizer):
         translate(model, tokenizer, ["Hi.", "This sentence is clearly longer than eight tokens, is it not?"])
 
 
-def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(mt_model, tokenizer, valid_sentences, monkeypatch):
+def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(
+    mt_model, tokenizer, valid_sentences, monkeypatch
+):
     """Greedy decoding of 20 sentences with ``dtype="bf16"`` runs under bf16 autocast. Where it picks another token
     than fp32 would (bf16 keeps 8 significant bits), fp32 rates bf16's token within 0.05 nats of its own choice.
     Measured: 1 of 160 steps differs, by 0.007 nats, and 19 of the 20 translations are the same text."""
@@ -171,8 +180,9 @@ def test_translate_under_bf16_autocast_decodes_as_fp32_does_up_to_rounding(mt_mo
     assert call["autocast"] == torch.bfloat16 and fp32_call["autocast"] is None
     generated, source = call["output"], call["input_ids"]
     with torch.no_grad():  # fp32's log-probabilities along bf16's translations
-        log_probs = mt_model(input_ids=source, attention_mask=(source != PAD).long(),
-                             decoder_input_ids=generated[:, :-1]).logits.log_softmax(-1)  # fmt: skip
+        log_probs = mt_model(
+            input_ids=source, attention_mask=(source != PAD).long(), decoder_input_ids=generated[:, :-1]
+        ).logits.log_softmax(-1)
     chosen = log_probs.gather(-1, generated[:, 1:, None])[..., 0]
     ended = (generated[:, 1:] == EOS).long()
     decoded = ended.cumsum(-1) - ended == 0  # up to and including each row's </s>; padding after it
@@ -207,7 +217,9 @@ class Scripted:
     def __init__(self, outputs: dict[str, str]):
         self.outputs, self.calls = outputs, []
 
-    def translate(self, texts, *, batch_size=32, num_beams=None, length_penalty=None, max_new_tokens=None, progress=False):
+    def translate(
+        self, texts, *, batch_size=32, num_beams=None, length_penalty=None, max_new_tokens=None, progress=False
+    ):
         self.calls.append({"texts": list(texts), "batch_size": batch_size, "num_beams": num_beams})
         return [self.outputs[text] for text in texts]
 
@@ -268,8 +280,9 @@ def test_perplexity_is_the_token_mean_of_the_teacher_forced_cross_entropy(mt_mod
     assert result["target_tokens"] == tokens
     assert result["nll"] == pytest.approx(nll / tokens, rel=1e-5) == pytest.approx(result["loss"], rel=1e-6)
     assert result["ppl"] == pytest.approx(math.exp(nll / tokens), rel=1e-5)
-    smoothed_result = perplexity(mt_model, sources, targets, pad_token_id=tokenizer.pad_token_id, max_tokens=60,
-                                 label_smoothing=0.1)  # fmt: skip
+    smoothed_result = perplexity(
+        mt_model, sources, targets, pad_token_id=tokenizer.pad_token_id, max_tokens=60, label_smoothing=0.1
+    )
     assert smoothed_result["loss"] == pytest.approx(smoothed / tokens, rel=1e-5)
     assert smoothed_result["nll"] == pytest.approx(result["nll"], rel=1e-6)
     assert not mt_model.training

@@ -57,7 +57,11 @@ def test_the_explorer_shows_translate_output_and_the_beams_candidates(saved, exp
 
     greedy = explorer.translate(saved, SOURCE, num_beams=3, length_penalty=1.0, greedy=True)
     assert greedy["num_beams"] == 1 and len(greedy["candidates"]) == 1
-    assert greedy["translation"] == translate(model, tokenizer, [SOURCE], num_beams=1)[0] == greedy["candidates"][0]["text"]
+    assert (
+        greedy["translation"]
+        == translate(model, tokenizer, [SOURCE], num_beams=1)[0]
+        == greedy["candidates"][0]["text"]
+    )
     default = explorer.translate(saved, SOURCE)  # the model's own decoding: beam 4
     assert default["num_beams"] == model.generation_config.num_beams == len(default["candidates"])
 
@@ -97,10 +101,16 @@ def test_a_model_with_head_dim_is_described_and_drawn_head_by_head(tmp_path, exp
 
 @pytest.mark.parametrize(
     "text, message",
-    [("", r"source box is empty"), ("   \n ", r"source box is empty"),
-     ("a" * (MAX_SOURCE_CHARACTERS + 1), rf"{MAX_SOURCE_CHARACTERS + 1} characters; .*at most {MAX_SOURCE_CHARACTERS}"),
-     ("x " * MAX_SOURCE_TOKENS, rf"has \d{{3}} sub-word tokens; .*at most .* {MAX_SOURCE_TOKENS} sub-word tokens")],
-)  # fmt: skip
+    [
+        ("", r"source box is empty"),
+        ("   \n ", r"source box is empty"),
+        (
+            "a" * (MAX_SOURCE_CHARACTERS + 1),
+            rf"{MAX_SOURCE_CHARACTERS + 1} characters; .*at most {MAX_SOURCE_CHARACTERS}",
+        ),
+        ("x " * MAX_SOURCE_TOKENS, rf"has \d{{3}} sub-word tokens; .*at most .* {MAX_SOURCE_TOKENS} sub-word tokens"),
+    ],
+)
 def test_a_source_out_of_bounds_is_a_clear_error(saved, explorer, text, message):
     with pytest.raises(ValueError, match=message):
         explorer.translate(saved, text)
@@ -108,9 +118,14 @@ def test_a_source_out_of_bounds_is_a_clear_error(saved, explorer, text, message)
 
 @pytest.mark.parametrize(
     "beams, alpha, message",
-    [(0, None, rf"whole number from 1 to {MAX_BEAMS}"), (MAX_BEAMS + 1, None, "from 1 to"), (2.5, None, "whole number"),
-     (2, float("nan"), "must be a number"), (2, "0.6", "must be a number")],
-)  # fmt: skip
+    [
+        (0, None, rf"whole number from 1 to {MAX_BEAMS}"),
+        (MAX_BEAMS + 1, None, "from 1 to"),
+        (2.5, None, "whole number"),
+        (2, float("nan"), "must be a number"),
+        (2, "0.6", "must be a number"),
+    ],
+)
 def test_bad_decoding_settings_are_a_clear_error(beams, alpha, message):
     with pytest.raises(ValueError, match=message):
         Explorer.decoding(beams, alpha)
@@ -119,8 +134,11 @@ def test_bad_decoding_settings_are_a_clear_error(beams, alpha, message):
 
 def test_a_folder_that_holds_no_model_is_a_clear_error(tmp_path, explorer):
     (tmp_path / "empty").mkdir()
-    for folder, message in ((tmp_path / "nowhere", "There is no folder"), (tmp_path / "empty", "no config.json"),
-                            ("  ", "model folder is empty")):  # fmt: skip
+    for folder, message in (
+        (tmp_path / "nowhere", "There is no folder"),
+        (tmp_path / "empty", "no config.json"),
+        ("  ", "model folder is empty"),
+    ):
         with pytest.raises(ValueError, match=message) as error:
             explorer.load(folder)
         assert "vanilla-transformer train" in str(error.value)  # and what to give instead
@@ -136,7 +154,9 @@ def teacher_forced_log_probabilities(model, tokenizer, source: str, ids: list[in
     return log_probs[torch.arange(len(ids)), ids]
 
 
-def test_translate_candidates_are_the_beams_hypotheses_ranked_by_length_normalised_log_probability(tokenizer, valid_sentences):
+def test_translate_candidates_are_the_beams_hypotheses_ranked_by_length_normalised_log_probability(
+    tokenizer, valid_sentences
+):
     model, source = tiny_model(seed=0, vocab_size=len(tokenizer)), valid_sentences["en"][3]
     # An untrained model repeats one token and never stops: give </s> almost that token's embedding (tied to the
     # output layer), so that beam search finishes candidates of several lengths.
@@ -147,10 +167,14 @@ def test_translate_candidates_are_the_beams_hypotheses_ranked_by_length_normalis
 
     best_lengths = {}
     for alpha in (0.0, 0.6, 2.0):
-        candidates = translate_candidates(model, tokenizer, source, num_beams=4, length_penalty=alpha, max_new_tokens=12)
+        candidates = translate_candidates(
+            model, tokenizer, source, num_beams=4, length_penalty=alpha, max_new_tokens=12
+        )
         assert len(candidates) == 4
-        assert candidates[0]["text"] == translate(model, tokenizer, [source], num_beams=4, length_penalty=alpha,
-                                                  max_new_tokens=12)[0]  # fmt: skip
+        assert (
+            candidates[0]["text"]
+            == translate(model, tokenizer, [source], num_beams=4, length_penalty=alpha, max_new_tokens=12)[0]
+        )
         scores = [c["score"] for c in candidates]
         assert scores == sorted(scores, reverse=True)
         for c in candidates:
@@ -164,8 +188,9 @@ def test_translate_candidates_are_the_beams_hypotheses_ranked_by_length_normalis
             assert c["log_probability"] == pytest.approx(float(expected.sum()), abs=1e-3)
         if alpha == 0.6:
             assert len({c["length"] for c in candidates}) > 1 and candidates[0]["token_ids"][-1] == EOS
-            two = translate_candidates(model, tokenizer, source, num_beams=4, length_penalty=alpha,
-                                       num_return_sequences=2, max_new_tokens=12)  # fmt: skip
+            two = translate_candidates(
+                model, tokenizer, source, num_beams=4, length_penalty=alpha, num_return_sequences=2, max_new_tokens=12
+            )
             assert [c["token_ids"] for c in two] == [c["token_ids"] for c in candidates[:2]]
         best_lengths[alpha] = candidates[0]["length"]
     assert best_lengths[2.0] > best_lengths[0.0]  # a larger α favours longer candidates
@@ -188,13 +213,16 @@ def test_translate_candidates_errors(tokenizer):
     with pytest.raises(ValueError, match="Tokenizer and model config do not match"):
         translate_candidates(tiny_model(), tokenizer, "Hello.")
 
+
 # ------------------------------------------------------------------ the page, in a real browser
 def chromium_path() -> str:
     for name in ("chromium", "chromium-browser"):
         if shutil.which(name):
             return shutil.which(name)
-    pytest.skip("Chromium is not installed: scripts/setup.sh installs Debian's `chromium` with apt where it can "
-                "(as root or with passwordless sudo); or run: sudo apt-get install chromium")  # fmt: skip
+    pytest.skip(
+        "Chromium is not installed: scripts/setup.sh installs Debian's `chromium` with apt where it can "
+        "(as root or with passwordless sudo); or run: sudo apt-get install chromium"
+    )
 
 
 @pytest.fixture
@@ -283,8 +311,9 @@ def test_the_page_in_a_browser_translates_and_shows_each_heads_attention(saved, 
             page.locator("#head label").filter(has_text="head 1").click()
             page.wait_for_function(
                 "src => document.querySelector('#heatmap img').getAttribute('src') !== src",
-                arg=page.locator("#heatmap img").first.get_attribute("src"), timeout=60_000,
-            )  # fmt: skip
+                arg=page.locator("#heatmap img").first.get_attribute("src"),
+                timeout=60_000,
+            )
             head1 = image_bytes(page)
             page.screenshot(path=tmp_path / "head-1.png", full_page=True)
             result = explorer.translate(saved, SOURCE)

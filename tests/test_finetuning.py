@@ -36,8 +36,11 @@ from vanilla_transformer.tokenization import train_joint_bpe
 ROOT = Path(__file__).resolve().parents[1]
 # One thread: tiny models gain nothing from a second one, and lose 10-100x when the other core is busy.
 OFFLINE_ONE_THREAD = {
-    "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-}  # fmt: skip
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_NUM_THREADS": "1",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -85,9 +88,17 @@ def test_trainer_learning_rate_is_the_papers_formula_at_every_step(tokenizer, tm
 
 def test_a_fresh_preset_gets_a_joint_bpe_of_its_training_pairs(pairs):
     train = pairs["train"].select(range(300))
-    model, tokenizer = build_model_and_tokenizer(train, "big", vocab_size=400, attn_implementation="eager",
-                                                 d_model=32, encoder_layers=1, decoder_layers=1,
-                                                 encoder_ffn_dim=64, decoder_ffn_dim=64)  # fmt: skip
+    model, tokenizer = build_model_and_tokenizer(
+        train,
+        "big",
+        vocab_size=400,
+        attn_implementation="eager",
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+    )
     assert model.config.vocab_size == len(tokenizer) <= 400 and model.config._attn_implementation == "eager"
     assert model.config.encoder_attention_heads == 16  # the big preset's, not overridden
     assert tokenizer.tokenize(train["target"][0])  # learned on both languages
@@ -101,10 +112,20 @@ def test_finetuning_a_saved_model_lowers_eval_loss_and_reports_bleu_and_chrf(cor
     tokenizer.save_pretrained(start)
 
     result = train_with_seq2seq_trainer(
-        corpus, tmp_path / "out", model=start, max_train_pairs=300, max_eval_pairs=8, eval_before=True,
-        max_steps=40, warmup_steps=10, lr_factor=0.5, per_device_train_batch_size=16, per_device_eval_batch_size=4,
-        logging_steps=1, disable_tqdm=True,
-    )  # fmt: skip
+        corpus,
+        tmp_path / "out",
+        model=start,
+        max_train_pairs=300,
+        max_eval_pairs=8,
+        eval_before=True,
+        max_steps=40,
+        warmup_steps=10,
+        lr_factor=0.5,
+        per_device_train_batch_size=16,
+        per_device_eval_batch_size=4,
+        logging_steps=1,
+        disable_tqdm=True,
+    )
     before, after = result.eval_before, result.eval_after
     assert after["eval_loss"] < before["eval_loss"] - 1.0, (before["eval_loss"], after["eval_loss"])
     for metrics in (before, after):
@@ -125,7 +146,9 @@ def test_finetuning_a_saved_model_lowers_eval_loss_and_reports_bleu_and_chrf(cor
     assert "max_length" not in saved and saved["source_length_offset"] == 50 and saved["num_beams"] == 4
     assert json.loads((tmp_path / "out" / "finetune_results.json").read_text())["eval_after"]["eval_bleu"] >= 0
     # The saved tokenizer_config.json holds the tokenizer's settings, not how the tokenizer was loaded.
-    assert not {"is_local", "local_files_only"} & set(json.loads((tmp_path / "out" / "tokenizer_config.json").read_text()))
+    assert not {"is_local", "local_files_only"} & set(
+        json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    )
 
     # compute_metrics decodes and detokenises: the references scored against themselves give 100 / 100.
     _, eval_set, _ = prepare_datasets(None, load_parallel_corpus(corpus, "en", "de", split="validation"), tokenizer)
@@ -144,7 +167,9 @@ def test_evaluate_without_generation_reports_the_loss(pairs, tokenizer, tmp_path
     args = make_training_arguments(tmp_path, model.config.d_model, predict_with_generate=False, disable_tqdm=True)
     metrics = build_trainer(model, tokenizer, args, eval_dataset=eval_set).evaluate()
     assert math.isfinite(metrics["eval_loss"]) and "eval_bleu" not in metrics
-    guessed = make_training_arguments(tmp_path, model.config.d_model, predict_with_generate=False, disable_tqdm=True, label_names=None)
+    guessed = make_training_arguments(
+        tmp_path, model.config.d_model, predict_with_generate=False, disable_tqdm=True, label_names=None
+    )
     trainer = build_trainer(model, tokenizer, guessed, eval_dataset=eval_set)
     assert trainer.label_names == ["labels"]
     assert trainer.evaluate()["eval_loss"] == pytest.approx(metrics["eval_loss"])
@@ -163,7 +188,9 @@ def _padded_batch(pairs, tokenizer, model, n: int = 4) -> dict:
 
 
 @pytest.mark.parametrize("num_items_in_batch", [None, 97])
-def test_fused_training_loss_equals_the_label_smoothers_value_and_gradients(pairs, tokenizer, tmp_path, num_items_in_batch):
+def test_fused_training_loss_equals_the_label_smoothers_value_and_gradients(
+    pairs, tokenizer, tmp_path, num_items_in_batch
+):
     """``TranslationSeq2SeqTrainer.compute_loss`` in training asks the model for the smoothed loss
     without logits; transformers' ``Seq2SeqTrainer`` applies ``LabelSmoother`` to the logits. Same
     loss, same gradients, on a padded batch, with and without ``num_items_in_batch`` (97: more tokens
@@ -193,14 +220,24 @@ def test_trainer_trains_through_the_fused_loss_and_evaluates_with_logits(pairs, 
     """In training the model is asked for the label-smoothed loss (``smoothing`` = the Trainer's
     ``label_smoothing_factor``, ``skip_logits=True``, with the Trainer's ``num_items_in_batch``) and
     returns no logits; evaluation still computes logits and reports ``eval_loss``."""
-    train, eval_set, _ = prepare_datasets(pairs["train"].select(range(40)), pairs["validation"].select(range(8)), tokenizer)
+    train, eval_set, _ = prepare_datasets(
+        pairs["train"].select(range(40)), pairs["validation"].select(range(8)), tokenizer
+    )
     model = tiny_model(vocab_size=len(tokenizer))
     calls = []
     model.register_forward_hook(
         lambda module, args, kwargs, output: calls.append((module.training, kwargs, output)), with_kwargs=True
     )
-    args = make_training_arguments(tmp_path, model.config.d_model, warmup_steps=1, max_steps=2, per_device_train_batch_size=8,
-                                   gradient_accumulation_steps=2, predict_with_generate=False, disable_tqdm=True)  # fmt: skip
+    args = make_training_arguments(
+        tmp_path,
+        model.config.d_model,
+        warmup_steps=1,
+        max_steps=2,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        predict_with_generate=False,
+        disable_tqdm=True,
+    )
     trainer = build_trainer(model, tokenizer, args, train_dataset=train, eval_dataset=eval_set)
     trainer.train()
     training = [(kwargs, output) for is_training, kwargs, output in calls if is_training]
@@ -254,13 +291,20 @@ def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokeni
         )
         capture = _GradientsBeforeUpdate()
         args = make_training_arguments(
-            tmp_path / f"run{batch_size}x{accumulation}", model.config.d_model, warmup_steps=1, max_steps=1,
-            per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation, max_grad_norm=0.0,
+            tmp_path / f"run{batch_size}x{accumulation}",
+            model.config.d_model,
+            warmup_steps=1,
+            max_steps=1,
+            per_device_train_batch_size=batch_size,
+            gradient_accumulation_steps=accumulation,
+            max_grad_norm=0.0,
             disable_tqdm=True,
-        )  # fmt: skip
+        )
         trainer = build_trainer(model, tokenizer, args, train_dataset=data, callbacks=[capture])
         if not fused:  # transformers' own path: logits, then LabelSmoother
-            trainer = Seq2SeqTrainer(model=model, args=args, data_collator=trainer.data_collator, train_dataset=data, callbacks=[capture])
+            trainer = Seq2SeqTrainer(
+                model=model, args=args, data_collator=trainer.data_collator, train_dataset=data, callbacks=[capture]
+            )
         assert trainer.model_accepts_loss_kwargs and trainer.label_smoother is not None
         trainer.model_accepts_loss_kwargs = loss_kwargs
         trainer.train()
@@ -293,11 +337,38 @@ def test_gradient_accumulation_gives_the_gradient_of_one_big_batch(pairs, tokeni
 def test_the_example_script_fine_tunes_a_preset_and_writes_a_loadable_model(corpus, tmp_path):
     out = tmp_path / "ft"
     command = [
-        sys.executable, str(ROOT / "examples" / "finetune_seq2seq_trainer.py"), "--dataset_name", str(corpus),
-        "--preset", "base", "--d_model", "32", "--layers", "1", "--heads", "2", "--d_ff", "64", "--vocab_size", "400",
-        "--max_train_samples", "200", "--max_eval_samples", "4", "--max_steps", "3", "--warmup_steps", "2",
-        "--per_device_train_batch_size", "8", "--logging_steps", "1", "--disable_tqdm", "--output_dir", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        str(ROOT / "examples" / "finetune_seq2seq_trainer.py"),
+        "--dataset_name",
+        str(corpus),
+        "--preset",
+        "base",
+        "--d_model",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--d_ff",
+        "64",
+        "--vocab_size",
+        "400",
+        "--max_train_samples",
+        "200",
+        "--max_eval_samples",
+        "4",
+        "--max_steps",
+        "3",
+        "--warmup_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "8",
+        "--logging_steps",
+        "1",
+        "--disable_tqdm",
+        "--output_dir",
+        str(out),
+    ]
     env = {**os.environ, **OFFLINE_ONE_THREAD, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -321,11 +392,14 @@ def test_the_example_script_takes_transformers_option_names_and_still_the_old_sp
     assert (new.source_lang, new.max_train_samples, new.label_smoothing_factor) == ("fr", 7, 0.2)
     assert capsys.readouterr().err == ""  # either separator, no notice
 
-    old = example.parse_args(["--src-lang", "fr", "--max-train-pairs", "7", "--label-smoothing", "0.2",
-                              "--no-progress"])  # fmt: skip
+    old = example.parse_args(
+        ["--src-lang", "fr", "--max-train-pairs", "7", "--label-smoothing", "0.2", "--no-progress"]
+    )
     assert (old.source_lang, old.max_train_samples, old.label_smoothing_factor) == ("fr", 7, 0.2) and old.disable_tqdm
     assert old.target_lang == "de" and old.max_eval_samples == 200  # the rest keep their defaults
     err = capsys.readouterr().err
-    assert ("finetune_seq2seq_trainer.py: --src-lang is an old spelling of --source_lang; it still works, but use "
-            "--source_lang.") in err.splitlines()  # fmt: skip
+    assert (
+        "finetune_seq2seq_trainer.py: --src-lang is an old spelling of --source_lang; it still works, but use "
+        "--source_lang."
+    ) in err.splitlines()
     assert "--max-train-pairs is an old spelling of --max_train_samples" in err and len(err.splitlines()) == 4

@@ -27,9 +27,17 @@ def test_beam_search_cache_layer_reordering_as_it_grows_equals_transformers_laye
 
     ours, plain = BeamSearchSelfAttentionLayer(), DynamicLayer()
     g = torch.Generator().manual_seed(0)
-    orders = [[], [torch.tensor([1, 1, 0, 3, 2, 2])], [torch.tensor([5, 4, 3, 2, 1, 0]), torch.tensor([0, 0, 1, 1, 4, 4])], []]
+    orders = [
+        [],
+        [torch.tensor([1, 1, 0, 3, 2, 2])],
+        [torch.tensor([5, 4, 3, 2, 1, 0]), torch.tensor([0, 0, 1, 1, 4, 4])],
+        [],
+    ]
     for step, reorders in enumerate(orders):
-        key, value = torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g), torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g)
+        key, value = (
+            torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g),
+            torch.randn(6, 2, 2 if step == 0 else 1, 4, generator=g),
+        )
         got, expected = ours.update(key, value), plain.update(key, value)
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), step
         for order in reorders:
@@ -38,13 +46,19 @@ def test_beam_search_cache_layer_reordering_as_it_grows_equals_transformers_laye
     assert ours.get_seq_length() == plain.get_seq_length() == 5
 
 
-
 @pytest.mark.parametrize(
     "options",
     [
         dict(num_beams=4),  # the paper's per-sentence limit: source length + source_length_offset
         dict(num_beams=4, max_new_tokens=9, min_new_tokens=2, early_stopping=False, length_penalty=0.0),
-        dict(num_beams=3, max_new_tokens=8, min_length=4, early_stopping="never", length_penalty=-0.5, num_return_sequences=2),
+        dict(
+            num_beams=3,
+            max_new_tokens=8,
+            min_length=4,
+            early_stopping="never",
+            length_penalty=-0.5,
+            num_return_sequences=2,
+        ),
         dict(num_beams=4, max_new_tokens=12, early_stopping="never", length_penalty=0.6),
     ],
 )
@@ -60,21 +74,27 @@ def test_in_place_beam_search_gives_transformers_beam_search_tokens(monkeypatch,
     fast = model.generate(src, attention_mask=mask, **options)
     applied = []
     check = generation.in_place_beam_search_applies
-    monkeypatch.setattr(generation, "in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False)
+    monkeypatch.setattr(
+        generation, "in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False
+    )
     plain = model.generate(src, attention_mask=mask, **options)  # transformers' own loop
     assert applied == [True]  # the first call took the in-place loop
     assert torch.equal(fast, plain)
     assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
 
 
-
 @pytest.mark.parametrize(
     "overrides",
-    [dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=4),
-     dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12), dict(attention_bias=True)],
+    [
+        dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=4),
+        dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12),
+        dict(attention_bias=True),
+    ],
     ids=["3 and 5 heads of 4", "3 and 5 heads of 12", "attention biases"],
-)  # fmt: skip
-def test_in_place_beam_search_with_other_attention_shapes_gives_transformers_tokens_and_groups_the_beams(monkeypatch, overrides):
+)
+def test_in_place_beam_search_with_other_attention_shapes_gives_transformers_tokens_and_groups_the_beams(
+    monkeypatch, overrides
+):
     """Heads of head_dim (3 and 5 of them: h·d_k ≠ d_model), and projections with biases, through the in-place loop,
     whose attention hook gives the decoder one encoder row per sentence: transformers' tokens, and the logits of
     repeated encoder rows."""
@@ -93,15 +113,23 @@ def test_in_place_beam_search_with_other_attention_shapes_gives_transformers_tok
     fast = model.generate(src, attention_mask=mask, num_beams=4)
     applied = []
     check = generation.in_place_beam_search_applies
-    monkeypatch.setattr(generation, "in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False)
+    monkeypatch.setattr(
+        generation, "in_place_beam_search_applies", lambda *args: applied.append(check(*args)) and False
+    )
     plain = model.generate(src, attention_mask=mask, num_beams=4)  # transformers' own loop
     assert applied == [True] and torch.equal(fast, plain)
     assert (plain[:, 1:] == EOS).any()  # some hypotheses ended: finished beams were exercised
 
     tgt = random_ids(16, 5, seed=1)
     encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
-    shared = model(encoder_outputs=(encoder_hidden,), attention_mask=mask, decoder_input_ids=tgt, beams_per_encoder_row=4).logits
-    repeated = model(encoder_outputs=(encoder_hidden.repeat_interleave(4, 0),), attention_mask=mask.repeat_interleave(4, 0), decoder_input_ids=tgt).logits
+    shared = model(
+        encoder_outputs=(encoder_hidden,), attention_mask=mask, decoder_input_ids=tgt, beams_per_encoder_row=4
+    ).logits
+    repeated = model(
+        encoder_outputs=(encoder_hidden.repeat_interleave(4, 0),),
+        attention_mask=mask.repeat_interleave(4, 0),
+        decoder_input_ids=tgt,
+    ).logits
     torch.testing.assert_close(shared, repeated, atol=1e-5, rtol=1e-5)
 
 
@@ -123,7 +151,6 @@ def test_top_k_through_chunk_maxima_equals_torch_topk(n):
     assert all(len(set(row)) == 8 for row in indices.tolist())
 
 
-
 @pytest.mark.parametrize("n", [1000, 1024, 37, 4])  # 4: too few chunks, a plain top-k of the sums
 def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
     """Beam search's use: log-probabilities [sentences, beams, vocab] plus each beam's score, top 8 over
@@ -139,15 +166,22 @@ def test_top_k_with_offsets_equals_torch_topk_of_the_sums(n):
     assert torch.equal(values, expected_values) and torch.equal(indices, expected_indices)
 
 
-
 def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformers():
-    from transformers import DynamicCache, EncoderDecoderCache, LogitsProcessorList, NoRepeatNGramLogitsProcessor, StaticCache
+    from transformers import (
+        DynamicCache,
+        EncoderDecoderCache,
+        LogitsProcessorList,
+        NoRepeatNGramLogitsProcessor,
+        StaticCache,
+    )
 
     config = tiny_model().generation_config
     kwargs = {"use_cache": True, "cache": EncoderDecoderCache(DynamicCache(), DynamicCache())}
 
     def applies(processors, config=config, synced_gpus=False, kwargs=kwargs, attn="sdpa"):
-        return generation.in_place_beam_search_applies(LogitsProcessorList(processors), config, synced_gpus, kwargs, attn)
+        return generation.in_place_beam_search_applies(
+            LogitsProcessorList(processors), config, synced_gpus, kwargs, attn
+        )
 
     assert applies([]) and applies([], attn="eager")
     assert not applies([NoRepeatNGramLogitsProcessor(2)])
@@ -162,7 +196,6 @@ def test_in_place_beam_search_leaves_other_processors_and_outputs_to_transformer
     assert not applies([], config=with_scores)
 
 
-
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_outputs(attn):
     """Beam search gives the decoder one encoder row per sentence for its k beams (consecutive rows):
@@ -173,42 +206,63 @@ def test_decoder_rows_sharing_one_encoder_row_equal_rows_with_repeated_encoder_o
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
     encoder_hidden = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
     outputs = {}
-    for name, (hidden, src_mask, group) in {"shared": (encoder_hidden, mask, 4), "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), 1)}.items():
-        full = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt, output_attentions=attn == "eager", beams_per_encoder_row=group)
+    for name, (hidden, src_mask, group) in {
+        "shared": (encoder_hidden, mask, 4),
+        "repeated": (encoder_hidden.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), 1),
+    }.items():
+        full = model(
+            encoder_outputs=(hidden,),
+            attention_mask=src_mask,
+            decoder_input_ids=tgt,
+            output_attentions=attn == "eager",
+            beams_per_encoder_row=group,
+        )
         cache, steps = None, []
         for t in range(tgt.shape[1]):
-            step = model(encoder_outputs=(hidden,), attention_mask=src_mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True, beams_per_encoder_row=group)
+            step = model(
+                encoder_outputs=(hidden,),
+                attention_mask=src_mask,
+                decoder_input_ids=tgt[:, t : t + 1],
+                cache=cache,
+                use_cache=True,
+                beams_per_encoder_row=group,
+            )
             cache, _ = step.cache, steps.append(step.logits)
         outputs[name] = (full, torch.cat(steps, 1), cache.cross_attention_cache.layers[0].keys.shape[0])
-    (shared, shared_steps, shared_rows), (repeated, repeated_steps, repeated_rows) = outputs["shared"], outputs["repeated"]
+    (shared, shared_steps, shared_rows), (repeated, repeated_steps, repeated_rows) = (
+        outputs["shared"],
+        outputs["repeated"],
+    )
     assert torch.allclose(shared.logits, repeated.logits, atol=1e-5)
-    assert torch.allclose(shared_steps, repeated_steps, atol=1e-5) and torch.allclose(shared_steps, shared.logits, atol=1e-5)
+    assert torch.allclose(shared_steps, repeated_steps, atol=1e-5) and torch.allclose(
+        shared_steps, shared.logits, atol=1e-5
+    )
     assert (shared_rows, repeated_rows) == (3, 12)  # cross-attention keys kept once per sentence
     if attn == "eager":
         for a, b in zip(shared.cross_attentions, repeated.cross_attentions):
             assert a.shape == (12, 4, 5, 7) and torch.allclose(a, b, atol=1e-6)
 
 
-
 def test_grouped_beams_are_an_explicit_choice_and_their_rows_must_match(model):
     """Only ``beams_per_encoder_row`` groups decoder rows over encoder rows: without it, a decoder batch that does not
     match the encoder's is an error of the attention, not a grouping guessed from the shapes."""
     encoder_outputs = model.get_encoder()(input_ids=random_ids(3, 6))
-    with pytest.raises(ValueError, match="beams_per_encoder_row=4 needs 4 decoder rows per encoder row, but the decoder has 10 rows"):
+    with pytest.raises(
+        ValueError, match="beams_per_encoder_row=4 needs 4 decoder rows per encoder row, but the decoder has 10 rows"
+    ):
         model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(10, 2), beams_per_encoder_row=4)
     with pytest.raises(RuntimeError):
         model(encoder_outputs=encoder_outputs, decoder_input_ids=random_ids(12, 2))
 
 
-
 def test_beam_search_projects_cross_attention_keys_once_per_sentence(model):
     rows = []
-    handle = model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(lambda m, i, out: rows.append(out.shape[0]))
+    handle = model.model.decoder.layers[0].encoder_attn.k_proj.register_forward_hook(
+        lambda m, i, out: rows.append(out.shape[0])
+    )
     model.generate(random_ids(3, 5), num_beams=4, max_new_tokens=6, min_new_tokens=6)
     handle.remove()
     assert rows == [3]  # one projection, of the 3 sentences (not of 3 × 4 beams)
-
-
 
 
 # ------------------------------------------------------------------ fails safe: only where it was tested
@@ -277,7 +331,9 @@ def test_where_untested_transformers_own_beam_search_gives_the_same_tokens(monke
         monkeypatch.setattr(transformers, "__version__", untested)
         reason = "transformers 5.99.0 is not among the tested releases"
     else:
-        monkeypatch.setattr(generation, "PRIVATE_GENERATION_METHODS", (*generation.PRIVATE_GENERATION_METHODS, "_renamed"))
+        monkeypatch.setattr(
+            generation, "PRIVATE_GENERATION_METHODS", (*generation.PRIVATE_GENERATION_METHODS, "_renamed")
+        )
         reason = "has no _renamed"
     for beams in (1, 4):
         tokens, fast_steps = _generate_counting_fast_steps(model, monkeypatch, num_beams=beams)
@@ -302,19 +358,32 @@ def test_the_private_names_listed_are_exactly_those_the_loop_uses():
 
 
 # ------------------------------------------------------------------ continuing from a returned cache
-CONTINUE = dict(eos_token_id=None, forced_eos_token_id=None, return_dict_in_generate=True, output_scores=True, use_cache=True)
+CONTINUE = dict(
+    eos_token_id=None, forced_eos_token_id=None, return_dict_in_generate=True, output_scores=True, use_cache=True
+)
 
 
 def _cache_tensors(cache) -> list[torch.Tensor]:
-    return [t for sub in (cache.self_attention_cache, cache.cross_attention_cache) for layer in sub.layers for t in (layer.keys, layer.values)]
+    return [
+        t
+        for sub in (cache.self_attention_cache, cache.cross_attention_cache)
+        for layer in sub.layers
+        for t in (layer.keys, layer.values)
+    ]
 
 
 def _continue(model, src, mask, first, num_beams, cache):
     """generate() again from ``first``'s sequences, with ``cache`` (or none), for one more token."""
     return model.generate(
-        src, attention_mask=mask, decoder_input_ids=first.sequences, decoder_attention_mask=torch.ones_like(first.sequences),
-        cache=cache, max_new_tokens=1, num_beams=num_beams, **CONTINUE,
-    )  # fmt: skip
+        src,
+        attention_mask=mask,
+        decoder_input_ids=first.sequences,
+        decoder_attention_mask=torch.ones_like(first.sequences),
+        cache=cache,
+        max_new_tokens=1,
+        num_beams=num_beams,
+        **CONTINUE,
+    )
 
 
 def test_greedy_generation_continued_from_its_cache_equals_one_call():
@@ -339,10 +408,15 @@ def test_beam_search_returns_the_cache_of_the_sequences_it_returns(num_return_se
     leaves the running beams' caches there, which belong to other hypotheses than the returned best ones."""
     model = tiny_model()
     src, mask = random_ids(2, 7), torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
-    first = model.generate(src, attention_mask=mask, max_new_tokens=3, num_beams=4, num_return_sequences=num_return_sequences, **CONTINUE)
+    first = model.generate(
+        src, attention_mask=mask, max_new_tokens=3, num_beams=4, num_return_sequences=num_return_sequences, **CONTINUE
+    )
     # the keys and values of the returned sequences but their last token, computed afresh, one row per beam to come
     rows = first.sequences[:, :-1].repeat_interleave(4, dim=0)
-    expanded = dict(input_ids=src.repeat_interleave(4 * num_return_sequences, 0), attention_mask=mask.repeat_interleave(4 * num_return_sequences, 0))
+    expanded = dict(
+        input_ids=src.repeat_interleave(4 * num_return_sequences, 0),
+        attention_mask=mask.repeat_interleave(4 * num_return_sequences, 0),
+    )
     fresh = model(**expanded, decoder_input_ids=rows, use_cache=True).cache
     for a, b in zip(_cache_tensors(first.cache), _cache_tensors(fresh), strict=True):
         torch.testing.assert_close(a, b)
@@ -366,7 +440,9 @@ def test_a_decoding_step_reads_nothing_back_and_generate_reads_one_value_a_step(
     mask[1, 5:] = 0
     counter, in_forward, forward_reads = CountReadsBack(), [], []
     model.register_forward_pre_hook(lambda module, args: in_forward.append(counter.per_step[-1]))
-    model.register_forward_hook(lambda module, args, output: forward_reads.append(counter.per_step[-1] - in_forward.pop()))
+    model.register_forward_hook(
+        lambda module, args, output: forward_reads.append(counter.per_step[-1] - in_forward.pop())
+    )
     steps = 10
     with counter.mode, torch.no_grad():
         model.generate(source, attention_mask=mask, num_beams=num_beams, max_new_tokens=steps, min_new_tokens=steps)
@@ -382,7 +458,9 @@ def _best_by_enumeration(model, src: torch.Tensor, length: int, alpha: float, fo
     prefixes = [[1, *ys] for ys in itertools.product(range(vocab), repeat=length - 1)]  # every decoder input
     for row in src:
         with torch.no_grad():  # one pass scores every output: row p holds the log-probabilities after prefix p
-            log_probs = model(input_ids=row[None].expand(len(prefixes), -1), decoder_input_ids=torch.tensor(prefixes)).logits.log_softmax(-1)
+            log_probs = model(
+                input_ids=row[None].expand(len(prefixes), -1), decoder_input_ids=torch.tensor(prefixes)
+            ).logits.log_softmax(-1)
         candidates = []
         for n in range(1, length + 1):
             for ys in itertools.product(range(vocab), repeat=n):

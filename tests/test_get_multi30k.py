@@ -65,7 +65,9 @@ def test_a_file_that_is_not_the_recorded_one_is_not_kept(server, tmp_path):
     files = {"train.de": serve(served, "train.de", "Zwei Männer stehen am Herd.\n")}
     serve(served, "train.de", "Zwei Männer stehen am Herd!\n")  # the server now has other content
     out = tmp_path / "multi30k"
-    with pytest.raises(get_multi30k.DownloadError, match=r"train\.de\.gz: the file is not the recorded one .*It was not kept"):
+    with pytest.raises(
+        get_multi30k.DownloadError, match=r"train\.de\.gz: the file is not the recorded one .*It was not kept"
+    ):
         get_multi30k.download(out, url, files)
     assert list(out.iterdir()) == []
 

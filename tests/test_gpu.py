@@ -17,7 +17,9 @@ DRY_RUN = os.environ.get("VANILLA_TRANSFORMER_GPU_CHECK") == "cpu"
 DEVICE = torch.device("cpu" if DRY_RUN else "cuda")
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not DRY_RUN and not torch.cuda.is_available(), reason="needs a CUDA GPU (or VANILLA_TRANSFORMER_GPU_CHECK=cpu)"),
+    pytest.mark.skipif(
+        not DRY_RUN and not torch.cuda.is_available(), reason="needs a CUDA GPU (or VANILLA_TRANSFORMER_GPU_CHECK=cpu)"
+    ),
 ]
 
 
@@ -42,7 +44,9 @@ def _loss_and_gradients(model, batch):
     model.zero_grad(set_to_none=True)
     out = model(**batch)
     out.loss.backward()
-    return out.logits.detach().float(), {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.logits.detach().float(), {
+        n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -64,7 +68,9 @@ def test_each_attention_gives_eager_outputs_and_gradients(attention):
     if attention == "sdpa-flash":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        backend = [SDPBackend.FLASH_ATTENTION] if DEVICE.type == "cuda" else [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+        backend = (
+            [SDPBackend.FLASH_ATTENTION] if DEVICE.type == "cuda" else [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+        )
         with sdpa_kernel(backend), torch.autocast(DEVICE.type, dtype=torch.bfloat16):
             logits, grads = _loss_and_gradients(model, batch)
         # bf16 against fp32: logits within 5e-2 (0.005 measured). Gradients as one vector, within 0.1 of its norm:
@@ -72,7 +78,9 @@ def test_each_attention_gives_eager_outputs_and_gradients(attention):
         # one (AVX2 CPU, seed 0), while the whole vector stays within 0.025-0.058 of its norm (seeds 0-3)
         tolerance, gradient_tolerance = 5e-2, 1e-1
         assert grads.keys() == expected_grads.keys()
-        got, expected = (torch.cat([g[name].flatten() for name in sorted(expected_grads)]) for g in (grads, expected_grads))
+        got, expected = (
+            torch.cat([g[name].flatten() for name in sorted(expected_grads)]) for g in (grads, expected_grads)
+        )
         assert float((got - expected).norm() / expected.norm()) < gradient_tolerance
         assert _relative(logits, expected_logits) < tolerance
         return
@@ -103,9 +111,12 @@ def test_a_bf16_autocast_step_follows_the_fp32_step():
 def test_generate_gives_the_tokens_it_gives_on_the_cpu(num_beams):
     batch = _padded_batch()
     model = _model("sdpa").eval()
-    on_cpu = model.to("cpu").generate(batch["input_ids"].cpu(), attention_mask=batch["attention_mask"].cpu(),
-                                      num_beams=num_beams, max_new_tokens=12)  # fmt: skip
-    here = model.to(DEVICE).generate(batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=12)
+    on_cpu = model.to("cpu").generate(
+        batch["input_ids"].cpu(), attention_mask=batch["attention_mask"].cpu(), num_beams=num_beams, max_new_tokens=12
+    )
+    here = model.to(DEVICE).generate(
+        batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=12
+    )
     assert torch.equal(here.cpu(), on_cpu)
 
 
@@ -134,7 +145,9 @@ def test_no_decoding_step_waits_for_the_device():
     model.register_forward_hook(lambda module, args, output: guard.off())
     with guard.counter.mode:
         for num_beams in (1, 4):
-            model.generate(batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=10)
+            model.generate(
+                batch["input_ids"], attention_mask=batch["attention_mask"], num_beams=num_beams, max_new_tokens=10
+            )
     assert guard.reads == 0
 
 
@@ -156,6 +169,17 @@ def test_no_training_step_waits_for_the_device_between_logging_steps(corpus, tmp
 
     monkeypatch.setattr(training, "test_delay", at)
     with guard.counter.mode:
-        training.train(tiny_run(corpus, tmp_path / "run", max_steps=8, logging_steps=4, eval_steps=4, save_steps=4,
-                                test_split=None, use_cpu=DEVICE.type == "cpu", mixed_precision="bf16" if DEVICE.type == "cuda" else "no"))  # fmt: skip
+        training.train(
+            tiny_run(
+                corpus,
+                tmp_path / "run",
+                max_steps=8,
+                logging_steps=4,
+                eval_steps=4,
+                save_steps=4,
+                test_split=None,
+                use_cpu=DEVICE.type == "cpu",
+                mixed_precision="bf16" if DEVICE.type == "cuda" else "no",
+            )
+        )
     assert step[0] == 8 and guard.reads == 0

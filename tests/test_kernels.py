@@ -7,7 +7,12 @@ import torch
 import torch.nn.functional as F
 
 import vanilla_transformer.kernels_vanilla_transformer as kernels
-from vanilla_transformer.kernels_vanilla_transformer import apply_dropout, cpu_keep_mask, dropout_add, linear_cross_entropy_sums
+from vanilla_transformer.kernels_vanilla_transformer import (
+    apply_dropout,
+    cpu_keep_mask,
+    dropout_add,
+    linear_cross_entropy_sums,
+)
 
 
 # ------------------------------------------------------------------ dropout (§5.4)
@@ -81,8 +86,6 @@ def test_linear_cross_entropy_in_vocabulary_blocks_equals_cross_entropy(block_co
     assert mine[0][targets == -100].abs().max() == 0
 
 
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_cross_entropy_with_a_workspace_is_bit_identical_and_reuses_it(monkeypatch, dtype):
     """Logits kept between the two passes (in a workspace) give the very sums and gradients of
@@ -94,7 +97,9 @@ def test_linear_cross_entropy_with_a_workspace_is_bit_identical_and_reuses_it(mo
     def run(workspace):
         hidden.grad = weight.grad = None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            smoothed, nll = kernels.linear_cross_entropy_sums(hidden * 3, weight, targets, 0.1, block_columns=16, workspace=workspace)
+            smoothed, nll = kernels.linear_cross_entropy_sums(
+                hidden * 3, weight, targets, 0.1, block_columns=16, workspace=workspace
+            )
         smoothed.backward()
         return smoothed.detach(), nll, hidden.grad.clone(), weight.grad.clone()
 
@@ -153,4 +158,3 @@ def test_a_workspace_taken_over_by_a_later_forward_pass_is_not_read_by_an_earlie
     kernels.linear_cross_entropy_sums(second, weight, targets, 0.1, block_columns=16, workspace=workspace)
     loss_1.backward()
     assert torch.equal(first.grad, expected[0]) and torch.equal(weight.grad, expected[1])
-

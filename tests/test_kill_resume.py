@@ -16,8 +16,20 @@ import kill_resume  # noqa: E402
 
 @pytest.mark.slow
 def test_ten_kills_and_resumes_end_bit_identical_to_an_uninterrupted_run(tmp_path):
-    report = kill_resume.main(["--kills", "10", "--steps", "120", "--save-every", "3",
-                               "--output", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")])  # fmt: skip
+    report = kill_resume.main(
+        [
+            "--kills",
+            "10",
+            "--steps",
+            "120",
+            "--save-every",
+            "3",
+            "--output",
+            str(tmp_path / "out"),
+            "--workdir",
+            str(tmp_path / "work"),
+        ]
+    )
     assert report["kills"] == 10 and report["resumes"] == 10, report
     # every kill was followed by the check that each complete checkpoint equals the reference's
     assert all(event["complete"] == sorted(event["complete"]) for event in report["events"][:-1])

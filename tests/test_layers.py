@@ -25,10 +25,30 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / PACKAGE
 #: (name, modules), lowest first. A new ``*_vanilla_transformer.py`` file belongs to the modeling layer.
 LAYERS = [
     ("configuration", {"configuration_vanilla_transformer"}),
-    ("modeling", {"modeling_vanilla_transformer", "generation_vanilla_transformer", "kernels_vanilla_transformer",
-                  "pipeline_vanilla_transformer", "__init__"}),  # fmt: skip
-    ("foundations", {"tokenization", "data", "schedule", "checkpoints", "distributed", "loading", "training_config", "deployment",
-                     "prepared"}),  # fmt: skip
+    (
+        "modeling",
+        {
+            "modeling_vanilla_transformer",
+            "generation_vanilla_transformer",
+            "kernels_vanilla_transformer",
+            "pipeline_vanilla_transformer",
+            "__init__",
+        },
+    ),
+    (
+        "foundations",
+        {
+            "tokenization",
+            "data",
+            "schedule",
+            "checkpoints",
+            "distributed",
+            "loading",
+            "training_config",
+            "deployment",
+            "prepared",
+        },
+    ),
     ("evaluation", {"evaluation"}),
     ("reporting", {"visualization", "cards", "explorer"}),
     ("training", {"training", "finetuning"}),
@@ -36,9 +56,23 @@ LAYERS = [
 ]
 #: What the package may import besides the standard library and itself (examples/, benchmarks/ and scripts/ sit above it).
 DEPENDENCIES = {
-    "accelerate", "ctranslate2", "datasets", "evaluate", "gradio", "huggingface_hub", "matplotlib", "numpy", "PIL",
-    "sacrebleu", "safetensors", "tokenizers", "torch", "tqdm", "transformers", "yaml",
-}  # fmt: skip
+    "accelerate",
+    "ctranslate2",
+    "datasets",
+    "evaluate",
+    "gradio",
+    "huggingface_hub",
+    "matplotlib",
+    "numpy",
+    "PIL",
+    "sacrebleu",
+    "safetensors",
+    "tokenizers",
+    "torch",
+    "tqdm",
+    "transformers",
+    "yaml",
+}
 #: What a Hub-portable file may import besides the standard library and the other Hub-portable files.
 HUB_PORTABLE_DEPENDENCIES = {"huggingface_hub", "safetensors", "torch", "transformers"}
 
@@ -129,28 +163,40 @@ def violations(package_dir: Path, layers: list[tuple[str, set[str]]] = LAYERS) -
             at = f"{where}:{imp.line}"
             if is_hub_portable(here):
                 if imp.internal and not (imp.relative and is_hub_portable(imp.target)):
-                    problems.append(f"{at}: imports {imp.target} (rule: a Hub-portable file imports only the other "
-                                    f"Hub-portable files, relatively)")  # fmt: skip
+                    problems.append(
+                        f"{at}: imports {imp.target} (rule: a Hub-portable file imports only the other "
+                        f"Hub-portable files, relatively)"
+                    )
                 elif not imp.internal and imp.target not in HUB_PORTABLE_DEPENDENCIES | sys.stdlib_module_names:
-                    problems.append(f"{at}: imports {imp.target} (rule: a Hub-portable file imports only torch, "
-                                    f"transformers, huggingface_hub, safetensors and the standard library)")  # fmt: skip
+                    problems.append(
+                        f"{at}: imports {imp.target} (rule: a Hub-portable file imports only torch, "
+                        f"transformers, huggingface_hub, safetensors and the standard library)"
+                    )
             if not imp.internal:
                 if imp.target not in DEPENDENCIES | sys.stdlib_module_names:
-                    problems.append(f"{at}: imports {imp.target} (rule: the package imports only the standard library, "
-                                    f"itself and its dependencies; examples/, benchmarks/ and scripts/ sit above it)")  # fmt: skip
+                    problems.append(
+                        f"{at}: imports {imp.target} (rule: the package imports only the standard library, "
+                        f"itself and its dependencies; examples/, benchmarks/ and scripts/ sit above it)"
+                    )
                 continue
             target_layer = layer_of(imp.target, layers) if imp.target in modules else None
             if target_layer is None:
                 problems.append(f"{at}: imports {imp.target}, which is not a module of the package")
             elif target_layer > layer:
-                problems.append(f"{at}: imports {imp.target} of layer {layers[target_layer][0]!r} from layer "
-                                f"{layers[layer][0]!r} (rule: a module imports only its own layer and lower ones)")  # fmt: skip
+                problems.append(
+                    f"{at}: imports {imp.target} of layer {layers[target_layer][0]!r} from layer "
+                    f"{layers[layer][0]!r} (rule: a module imports only its own layer and lower ones)"
+                )
             elif target_layer == layer and imp.target != here:
                 same_layer.setdefault(here, {}).setdefault(imp.target, imp.line)
     for cycle in _cycles(same_layer):
-        steps = ", ".join(f"{a} imports {b} ({package_dir.name}/{a}.py:{same_layer[a][b]})" for a, b in zip(cycle, cycle[1:]))
-        problems.append(f"{package_dir.name}/{cycle[0]}.py:{same_layer[cycle[0]][cycle[1]]}: a circle: {steps} "
-                        f"(rule: modules of one layer import each other without circles)")  # fmt: skip
+        steps = ", ".join(
+            f"{a} imports {b} ({package_dir.name}/{a}.py:{same_layer[a][b]})" for a, b in zip(cycle, cycle[1:])
+        )
+        problems.append(
+            f"{package_dir.name}/{cycle[0]}.py:{same_layer[cycle[0]][cycle[1]]}: a circle: {steps} "
+            f"(rule: modules of one layer import each other without circles)"
+        )
     return problems
 
 
@@ -196,28 +242,42 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     [
         ("from .training import train\n", "data.py:1: imports training of layer 'training' from layer 'foundations'"),
         ("def f():\n    from vanilla_transformer.cli import main\n", "data.py:2: imports cli of layer 'command line'"),
-        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vanilla_transformer.evaluation\n",
-         "data.py:3: imports evaluation of layer 'evaluation'"),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vanilla_transformer.evaluation\n",
+            "data.py:3: imports evaluation of layer 'evaluation'",
+        ),
         ("from vanilla_transformer import cards\n", "data.py:1: imports cards of layer 'reporting'"),
         ("import toy\n", "data.py:1: imports toy (rule: the package imports only the standard library"),
     ],
-)  # fmt: skip
+)
 def test_an_import_of_a_higher_layer_is_reported_with_module_line_and_rule(tmp_path, source, expected):
     folder = _package(tmp_path, {"data": source, "training": "", "cli": "", "evaluation": "", "cards": ""})
     assert any(expected in problem for problem in violations(folder)), violations(folder)
 
 
 def test_imports_of_lower_layers_and_of_the_own_layer_without_a_circle_pass(tmp_path):
-    folder = _package(tmp_path, {"data": "import json\nimport torch\nfrom .loading import PRESETS\n", "loading": "",
-                                 "evaluation": "from . import data\nfrom vanilla_transformer import VanillaTransformerConfig\n",
-                                 "__init__": "from .configuration_vanilla_transformer import C\n",
-                                 "configuration_vanilla_transformer": ""})  # fmt: skip
+    folder = _package(
+        tmp_path,
+        {
+            "data": "import json\nimport torch\nfrom .loading import PRESETS\n",
+            "loading": "",
+            "evaluation": "from . import data\nfrom vanilla_transformer import VanillaTransformerConfig\n",
+            "__init__": "from .configuration_vanilla_transformer import C\n",
+            "configuration_vanilla_transformer": "",
+        },
+    )
     assert violations(folder) == []
 
 
 def test_a_circle_within_a_layer_is_reported_with_every_step(tmp_path):
-    folder = _package(tmp_path, {"data": "from . import loading\n", "loading": "\n\nfrom .schedule import x\n",
-                                 "schedule": "def f():\n    from .data import y\n"})  # fmt: skip
+    folder = _package(
+        tmp_path,
+        {
+            "data": "from . import loading\n",
+            "loading": "\n\nfrom .schedule import x\n",
+            "schedule": "def f():\n    from .data import y\n",
+        },
+    )
     (problem,) = violations(folder)
     assert "a circle: data imports loading (vanilla_transformer/data.py:1), loading imports schedule" in problem
     assert "(vanilla_transformer/loading.py:3), schedule imports data (vanilla_transformer/schedule.py:2)" in problem
@@ -225,20 +285,29 @@ def test_a_circle_within_a_layer_is_reported_with_every_step(tmp_path):
 
 
 def test_hub_portable_files_import_only_torch_transformers_and_each_other(tmp_path):
-    folder = _package(tmp_path, {
-        "modeling_vanilla_transformer": "import math\nimport torch\nfrom .configuration_vanilla_transformer import C\n"
-                                        "from .kernels_vanilla_transformer import k\n",
-        "kernels_vanilla_transformer": "import numpy\n",
-        "generation_vanilla_transformer": "from vanilla_transformer.modeling_vanilla_transformer import M\n",
-        "pipeline_vanilla_transformer": "from .tokenization import t\n",
-        "configuration_vanilla_transformer": "from transformers import PreTrainedConfig\n",
-        "tokenization": "",
-    })  # fmt: skip
+    folder = _package(
+        tmp_path,
+        {
+            "modeling_vanilla_transformer": "import math\nimport torch\nfrom .configuration_vanilla_transformer import C\n"
+            "from .kernels_vanilla_transformer import k\n",
+            "kernels_vanilla_transformer": "import numpy\n",
+            "generation_vanilla_transformer": "from vanilla_transformer.modeling_vanilla_transformer import M\n",
+            "pipeline_vanilla_transformer": "from .tokenization import t\n",
+            "configuration_vanilla_transformer": "from transformers import PreTrainedConfig\n",
+            "tokenization": "",
+        },
+    )
     problems = violations(folder)
     assert not [p for p in problems if p.startswith(("vanilla_transformer/modeling_", "vanilla_transformer/config"))]
-    assert any("kernels_vanilla_transformer.py:1: imports numpy (rule: a Hub-portable file imports only torch" in p for p in problems)
-    assert any("generation_vanilla_transformer.py:1: imports modeling_vanilla_transformer (rule: a Hub-portable file "
-               "imports only the other Hub-portable files, relatively)" in p for p in problems)  # fmt: skip
+    assert any(
+        "kernels_vanilla_transformer.py:1: imports numpy (rule: a Hub-portable file imports only torch" in p
+        for p in problems
+    )
+    assert any(
+        "generation_vanilla_transformer.py:1: imports modeling_vanilla_transformer (rule: a Hub-portable file "
+        "imports only the other Hub-portable files, relatively)" in p
+        for p in problems
+    )
     assert any("pipeline_vanilla_transformer.py:1: imports tokenization" in p for p in problems)
 
 

@@ -15,8 +15,15 @@ from vanilla_transformer.loading import (
 from vanilla_transformer.tokenization import train_joint_bpe
 from vanilla_transformer.training_config import PRESETS
 
-TINY = {"d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
-        "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}  # fmt: skip
+TINY = {
+    "d_model": 32,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+}
 
 
 def test_presets_are_the_configurations_of_table_3_with_overrides():
@@ -31,11 +38,22 @@ def test_presets_are_the_configurations_of_table_3_with_overrides():
 def test_a_new_model_takes_its_vocabulary_and_special_ids_from_the_tokenizer(sentence_tokenizer):
     model = new_model("base", sentence_tokenizer, **TINY)
     assert model.config.vocab_size == len(sentence_tokenizer) and model.config.d_model == 32
-    ids = (sentence_tokenizer.pad_token_id, sentence_tokenizer.bos_token_id, sentence_tokenizer.eos_token_id, sentence_tokenizer.bos_token_id)
-    assert (model.config.pad_token_id, model.config.bos_token_id, model.config.eos_token_id,
-            model.config.decoder_start_token_id) == ids  # fmt: skip
+    ids = (
+        sentence_tokenizer.pad_token_id,
+        sentence_tokenizer.bos_token_id,
+        sentence_tokenizer.eos_token_id,
+        sentence_tokenizer.bos_token_id,
+    )
+    assert (
+        model.config.pad_token_id,
+        model.config.bos_token_id,
+        model.config.eos_token_id,
+        model.config.decoder_start_token_id,
+    ) == ids
     with pytest.raises(ValueError, match="Tokenizer and model config do not match"):
-        new_model("base", sentence_tokenizer, vocab_size=100, **TINY)  # a vocabulary smaller than the sentence_tokenizer's
+        new_model(
+            "base", sentence_tokenizer, vocab_size=100, **TINY
+        )  # a vocabulary smaller than the sentence_tokenizer's
 
 
 def test_a_saved_folder_loads_in_eval_mode_with_its_tokenizer(saved, sentence_tokenizer):

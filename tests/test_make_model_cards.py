@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_model_cards as cards  # noqa: E402
+
 CARDS = ROOT / "model_cards"
 MULTI30K_RESULTS = sorted((ROOT / "benchmarks" / "results").glob("multi30k-*min.json"))
 PRESETS = ("base", "big")
@@ -39,7 +40,9 @@ def trained_inputs() -> list[tuple[str, dict, str]]:
     rows = []
     for path in MULTI30K_RESULTS:
         for row in json.loads(path.read_text(encoding="utf-8"))["results"]:
-            rows.append((f"vanilla-transformer-multi30k-{row['direction']}-{row['minutes']:g}min.md", row["test"], path))
+            rows.append(
+                (f"vanilla-transformer-multi30k-{row['direction']}-{row['minutes']:g}min.md", row["test"], path)
+            )
     main = ROOT / cards.MAIN_JOB["results"]
     if main.is_file():
         rows.append((f"{cards.MAIN_JOB['name']}.md", json.loads(main.read_text(encoding="utf-8"))["test"], main))
@@ -95,9 +98,13 @@ def test_multi30k_cards_name_the_command_and_environment_of_their_results():
 
 
 def test_regenerating_from_the_committed_inputs_gives_the_same_bytes(generated):
-    assert sorted(generated) == [p.name for p in card_files()], "stale or missing cards: run python scripts/make_model_cards.py"
+    assert sorted(generated) == [p.name for p in card_files()], (
+        "stale or missing cards: run python scripts/make_model_cards.py"
+    )
     for name, text in generated.items():
-        assert (CARDS / name).read_bytes() == text.encode("utf-8"), f"{name} is out of date: run python scripts/make_model_cards.py"
+        assert (CARDS / name).read_bytes() == text.encode("utf-8"), (
+            f"{name} is out of date: run python scripts/make_model_cards.py"
+        )
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -110,11 +117,16 @@ def test_preset_cards_have_no_scores_and_the_models_parameter_count(preset):
         model = VanillaTransformerForConditionalGeneration(config)
     count = sum(p.numel() for p in model.parameters())
     assert f"| parameters with a 37,000-token vocabulary | {count:,} (tied matrices counted once) |" in card.text
-    assert f"| d_model | {config.d_model} |" in card.text and f"| dropout P_drop (residual, embeddings) | {config.dropout} |" in card.text
+    assert (
+        f"| d_model | {config.d_model} |" in card.text
+        and f"| dropout P_drop (residual, embeddings) | {config.dropout} |" in card.text
+    )
 
 
 @pytest.mark.parametrize(("mixed_precision", "processes"), [("bf16", 2), ("no", 1)])
-def test_multi30k_rows_record_the_recipe_the_cards_rebuild_the_training_config_from(monkeypatch, mixed_precision, processes):
+def test_multi30k_rows_record_the_recipe_the_cards_rebuild_the_training_config_from(
+    monkeypatch, mixed_precision, processes
+):
     """A row of benchmarks/multi30k.py's results holds its recipe; the card's TrainConfig, rebuilt from that
     row, must be the one the script trained with (so a card cannot describe other settings than the run's)."""
     spec = importlib.util.spec_from_file_location("multi30k_benchmark", ROOT / "benchmarks" / "multi30k.py")
@@ -125,8 +137,9 @@ def test_multi30k_rows_record_the_recipe_the_cards_rebuild_the_training_config_f
     monkeypatch.setenv("WORLD_SIZE", str(processes))  # as under torchrun
     row = json.loads(json.dumps(script.run("de-en", 60.0, Path(cards.MULTI30K_DATA), Path("outputs"), mixed_precision)))
     assert row["recipe"] == script.RECIPE and row["mixed_precision"] == mixed_precision
-    rebuilt = cards.multi30k_train_config(row["direction"], row["minutes"], row["recipe"], row["mixed_precision"],
-                                          row["processes"], cards.MULTI30K_DATA)  # fmt: skip
+    rebuilt = cards.multi30k_train_config(
+        row["direction"], row["minutes"], row["recipe"], row["mixed_precision"], row["processes"], cards.MULTI30K_DATA
+    )
     assert captured == [rebuilt] and rebuilt.max_tokens * processes == script.RECIPE["max_tokens_per_step"]
 
 
@@ -135,12 +148,26 @@ def test_main_job_card_is_built_from_its_results_and_settings_and_skipped_withou
     shutil.copy(ROOT / cards.MAIN_JOB["config"], tmp_path / cards.MAIN_JOB["config"])
     assert cards.main_job_card(tmp_path) == {}  # no results file: no card, no invented numbers
     # the shape of a training run's results.json and train_config.json (values made up for this test only)
-    summary = {"step": 7, "target_tokens": 1234, "loop_seconds": 60.0, "stop_reason": "max_minutes",
-               "averaged_checkpoints": ["checkpoint-5", "checkpoint-7"], "valid_loss": 4.5, "valid_nll": 4.0,
-               "valid_ppl": 54.6, "valid_bleu": 3.21, "dropped": {"train": 0},
-               "test": {"bleu": 12.3456, "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                        "chrf": 30.5, "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
-                        "n": 17, "seconds": 1.0}}  # fmt: skip
+    summary = {
+        "step": 7,
+        "target_tokens": 1234,
+        "loop_seconds": 60.0,
+        "stop_reason": "max_minutes",
+        "averaged_checkpoints": ["checkpoint-5", "checkpoint-7"],
+        "valid_loss": 4.5,
+        "valid_nll": 4.0,
+        "valid_ppl": 54.6,
+        "valid_bleu": 3.21,
+        "dropped": {"train": 0},
+        "test": {
+            "bleu": 12.3456,
+            "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            "chrf": 30.5,
+            "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+            "n": 17,
+            "seconds": 1.0,
+        },
+    }
     results = tmp_path / cards.MAIN_JOB["results"]
     results.parent.mkdir(parents=True)
     results.write_text(json.dumps(summary))

@@ -1,6 +1,5 @@
 """Equivalence and behaviour tests of the model (tiny configurations, CPU)."""
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -77,7 +76,6 @@ def test_one_matrix_for_source_target_and_output_layer_survives_reload(tmp_path,
     assert torch.equal(loaded.model.shared.weight, shared)
 
 
-
 def test_untied_embeddings_are_three_matrices_with_none_left_unused(tmp_path):
     """tie_word_embeddings=False: source embedding, target embedding and output layer are separate, and no
     fourth `shared` matrix sits beside them unused (it would count as parameters and be saved)."""
@@ -85,7 +83,11 @@ def test_untied_embeddings_are_three_matrices_with_none_left_unused(tmp_path):
     vocab, d_model = untied.config.vocab_size, untied.config.d_model
     assert untied.num_parameters() - tied.num_parameters() == 2 * vocab * d_model
     assert untied.model.shared is None and untied.get_input_embeddings() is untied.model.encoder.embed_tokens
-    matrices = {untied.model.encoder.embed_tokens.weight, untied.model.decoder.embed_tokens.weight, untied.lm_head.weight}
+    matrices = {
+        untied.model.encoder.embed_tokens.weight,
+        untied.model.decoder.embed_tokens.weight,
+        untied.lm_head.weight,
+    }
     assert len({id(m) for m in matrices}) == 3
     src, tgt = random_ids(2, 5), random_ids(2, 4, seed=1)
     logits = untied(input_ids=src, labels=tgt).logits
@@ -95,6 +97,7 @@ def test_untied_embeddings_are_three_matrices_with_none_left_unused(tmp_path):
     loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
     assert torch.equal(loaded(input_ids=src, labels=tgt).logits, logits)
     assert loaded.model.shared is None and loaded.lm_head.weight is not loaded.model.decoder.embed_tokens.weight
+
 
 # ------------------------------------------------------------------ §3.2.3 masking
 def test_future_decoder_tokens_never_change_earlier_logits(model):
@@ -156,8 +159,9 @@ def test_finished_sentences_are_padded_with_pad_not_eos(num_beams):
             scores[sentence + 2 == input_ids.shape[1], EOS] = 100.0
             return scores
 
-    out = tiny_model().generate(random_ids(3, 9, seed=2), num_beams=num_beams, max_new_tokens=8,
-                                logits_processor=LogitsProcessorList([EndAt()]))  # fmt: skip
+    out = tiny_model().generate(
+        random_ids(3, 9, seed=2), num_beams=num_beams, max_new_tokens=8, logits_processor=LogitsProcessorList([EndAt()])
+    )
     assert out.shape == (3, 5)
     for i, row in enumerate(out.tolist()):
         assert row[i + 2] == EOS and EOS not in row[1 : i + 2] and row[i + 3 :] == [PAD] * (2 - i), row
@@ -195,7 +199,6 @@ def test_cross_attention_keys_are_computed_once_and_reused(model):
     model.generate(random_ids(1, 5), num_beams=1, max_new_tokens=6, min_new_tokens=6)
     handle.remove()
     assert len(calls) == 1
-
 
 
 # ------------------------------------------------------------------ eager vs sdpa
@@ -273,7 +276,9 @@ def test_loss_without_logits_equals_the_plain_loss_in_value_and_gradients(bf16):
     (loss0, nll0, grads0), (loss1, nll1, grads1) = results
     tolerance = 2e-2 if bf16 else 1e-5  # bf16: the two paths round their matmuls at different points
     assert loss1 == pytest.approx(loss0, rel=tolerance) and nll1 == pytest.approx(nll0, rel=tolerance)
-    scale = max(g.abs().max().item() for g in grads0.values())  # some gradients are exactly zero in theory (k_proj.bias)
+    scale = max(
+        g.abs().max().item() for g in grads0.values()
+    )  # some gradients are exactly zero in theory (k_proj.bias)
     for name in grads0:
         assert (grads0[name] - grads1[name]).abs().max().item() <= tolerance * scale, name
     # no gradient tracking gives the same sums
@@ -343,7 +348,6 @@ def test_dropout_is_active_in_training_and_off_in_eval():
     torch.testing.assert_close(first[~zeroed], reference[~zeroed] / 0.7, rtol=1e-5, atol=1e-6)
 
 
-
 # ------------------------------------------------------------------ sizes of Table 3
 def count_parameters(config: VanillaTransformerConfig) -> int:
     with torch.device("meta"):
@@ -362,7 +366,11 @@ def test_preset_parameter_counts_match_the_paper(preset, paper_millions):
 
 # ------------------------------------------------------------------ head size d_k = d_v apart from d_model / h (config.head_dim)
 #: h·d_k ≠ d_model (32): smaller heads, larger heads, and head counts that do not divide d_model (3 and 5)
-HEAD_DIMS = [dict(head_dim=4), dict(head_dim=16), dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12)]
+HEAD_DIMS = [
+    dict(head_dim=4),
+    dict(head_dim=16),
+    dict(encoder_attention_heads=3, decoder_attention_heads=5, head_dim=12),
+]
 HEAD_DIM_IDS = ["4 heads of 4", "4 heads of 16", "3 and 5 heads of 12"]
 
 
@@ -395,7 +403,9 @@ def test_without_head_dim_the_model_is_the_papers_with_d_k_d_model_over_h():
     for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
         assert shapes[f"model.encoder.layers.0.self_attn.{proj}.weight"] == (32, 32)
     src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
-    assert torch.equal(default(input_ids=src, decoder_input_ids=tgt).logits, explicit(input_ids=src, decoder_input_ids=tgt).logits)
+    assert torch.equal(
+        default(input_ids=src, decoder_input_ids=tgt).logits, explicit(input_ids=src, decoder_input_ids=tgt).logits
+    )
     assert count_parameters(VanillaTransformerConfig.base()) == formula_parameter_count(VanillaTransformerConfig.base())
 
 
@@ -431,7 +441,9 @@ def test_attention_bias_gives_every_projection_a_bias_that_every_backend_uses():
     adds the same amount to all of a query's scores, which softmax ignores)."""
     plain, biased = tiny_model(**FLEX), tiny_model(**FLEX, attention_bias=True)
     assert sum(p.numel() for p in biased.parameters()) == formula_parameter_count(biased.config)
-    assert formula_parameter_count(biased.config) - formula_parameter_count(plain.config) == (2 + 2 * 2) * 4 * 64  # 6 attentions, 4 biases of 64
+    assert (
+        formula_parameter_count(biased.config) - formula_parameter_count(plain.config) == (2 + 2 * 2) * 4 * 64
+    )  # 6 attentions, 4 biases of 64
     with torch.no_grad():
         for name, linear in biased.named_modules():
             if name.endswith("_proj"):
@@ -477,9 +489,11 @@ def test_a_checkpoint_saved_before_attention_bias_existed_loads_with_its_biases_
 def test_head_dim_sets_the_projection_shapes_scaling_and_parameter_count(overrides):
     model = tiny_model(**overrides)
     config, d_k = model.config, overrides["head_dim"]
-    for layer, heads in ((model.model.encoder.layers[0].self_attn, config.encoder_attention_heads),
-                         (model.model.decoder.layers[1].self_attn, config.decoder_attention_heads),
-                         (model.model.decoder.layers[1].encoder_attn, config.decoder_attention_heads)):  # fmt: skip
+    for layer, heads in (
+        (model.model.encoder.layers[0].self_attn, config.encoder_attention_heads),
+        (model.model.decoder.layers[1].self_attn, config.decoder_attention_heads),
+        (model.model.decoder.layers[1].encoder_attn, config.decoder_attention_heads),
+    ):
         assert layer.head_dim == d_k and layer.scaling == d_k**-0.5
         for proj in (layer.q_proj, layer.k_proj, layer.v_proj):
             assert tuple(proj.weight.shape) == (heads * d_k, 32)
@@ -500,10 +514,14 @@ def test_head_dim_eager_and_sdpa_agree_and_padding_changes_nothing(overrides):
     for attn in ("eager", "sdpa"):
         model = tiny_model(**overrides)
         model.set_attn_implementation(attn)
-        batched = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask).logits
+        batched = model(
+            input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask
+        ).logits
         alone = model(input_ids=short_src, decoder_input_ids=short_tgt).logits
         torch.testing.assert_close(alone[0], batched[0, :3], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(model(input_ids=long_src, decoder_input_ids=long_tgt).logits[0], batched[1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            model(input_ids=long_src, decoder_input_ids=long_tgt).logits[0], batched[1], atol=1e-5, rtol=1e-5
+        )
         logits[attn] = batched
     torch.testing.assert_close(logits["eager"], logits["sdpa"], atol=1e-5, rtol=1e-5)
 
@@ -521,9 +539,19 @@ def test_head_dim_generation_with_and_without_cache_is_token_identical(overrides
     full = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
     encoder_outputs, cache, steps = model.get_encoder()(input_ids=src, attention_mask=mask), None, []
     for t in range(tgt.shape[1]):
-        out = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, t : t + 1], cache=cache, use_cache=True)
+        out = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=mask,
+            decoder_input_ids=tgt[:, t : t + 1],
+            cache=cache,
+            use_cache=True,
+        )
         cache, _ = out.cache, steps.append(out.logits)
-    assert cache.self_attention_cache.layers[0].keys.shape[1:] == (model.config.decoder_attention_heads, 5, overrides["head_dim"])
+    assert cache.self_attention_cache.layers[0].keys.shape[1:] == (
+        model.config.decoder_attention_heads,
+        5,
+        overrides["head_dim"],
+    )
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -534,7 +562,9 @@ def test_head_dim_survives_save_and_from_pretrained(overrides, tmp_path):
     loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
     assert loaded.config.head_dim == overrides["head_dim"]
     src, tgt = random_ids(2, 6), random_ids(2, 5, seed=1)
-    assert torch.equal(loaded(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits)
+    assert torch.equal(
+        loaded(input_ids=src, decoder_input_ids=tgt).logits, model(input_ids=src, decoder_input_ids=tgt).logits
+    )
     assert torch.equal(loaded.generate(src, max_new_tokens=8), model.generate(src, max_new_tokens=8))
 
 
@@ -602,7 +632,11 @@ def test_save_and_reload_give_identical_generations(tmp_path, model):
         (dict(input_ids=torch.tensor([[4, 5]]), decoder_input_ids=torch.tensor([[1, 99]])), "decoder_input_ids"),
         (dict(input_ids=torch.tensor([[4, 5]]), labels=torch.tensor([[70, -100]])), "`labels` holds token id 70"),
         (
-            dict(input_ids=torch.tensor([[4, 5]]), decoder_input_ids=torch.tensor([[1, 4]]), decoder_attention_mask=torch.ones(2, 2)),
+            dict(
+                input_ids=torch.tensor([[4, 5]]),
+                decoder_input_ids=torch.tensor([[1, 4]]),
+                decoder_attention_mask=torch.ones(2, 2),
+            ),
             "`decoder_attention_mask` has shape (2, 2)",
         ),
     ],
@@ -653,8 +687,6 @@ def test_return_dict_false_returns_the_outputs_tuple(head, extra):
     assert type(base(**kwargs)) is tuple
 
 
-
-
 def test_flex_attention_gives_eager_outputs_and_tokens_with_and_without_cache():
     src, tgt = random_ids(2, 7), random_ids(2, 6, seed=1)
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
@@ -666,8 +698,16 @@ def test_flex_attention_gives_eager_outputs_and_tokens_with_and_without_cache():
         full = {name: m(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits for name, m in models.items()}
         torch.testing.assert_close(full["flex_attention"], full["eager"], atol=1e-5, rtol=1e-5)
         encoder_outputs = models["flex_attention"].get_encoder()(input_ids=src, attention_mask=mask)
-        first = models["flex_attention"](encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :4], use_cache=True)
-        then = models["flex_attention"](encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, 4:], cache=first.cache, use_cache=True)
+        first = models["flex_attention"](
+            encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tgt[:, :4], use_cache=True
+        )
+        then = models["flex_attention"](
+            encoder_outputs=encoder_outputs,
+            attention_mask=mask,
+            decoder_input_ids=tgt[:, 4:],
+            cache=first.cache,
+            use_cache=True,
+        )
         torch.testing.assert_close(torch.cat([first.logits, then.logits], 1), full["eager"], atol=1e-5, rtol=1e-5)
     for num_beams in (1, 3):
         tokens = [m.generate(src, attention_mask=mask, num_beams=num_beams, max_new_tokens=4) for m in models.values()]
@@ -701,7 +741,10 @@ def test_flex_attention_checks_the_real_head_size_head_dim_sets():
         model(input_ids=src, decoder_input_ids=tgt)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's flex attention has no backward on CPU; its gradients are checked on a GPU")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="torch's flex attention has no backward on CPU; its gradients are checked on a GPU",
+)
 def test_flex_attention_gradients_equal_eager_on_a_gpu():
     src, tgt = random_ids(2, 7).cuda(), random_ids(2, 6, seed=1).cuda()
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2]).cuda()
@@ -716,7 +759,11 @@ def test_flex_attention_gradients_equal_eager_on_a_gpu():
 
 
 def _capability_inputs():
-    return dict(input_ids=random_ids(2, 7), attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]), decoder_input_ids=random_ids(2, 5, seed=1))
+    return dict(
+        input_ids=random_ids(2, 7),
+        attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]),
+        decoder_input_ids=random_ids(2, 5, seed=1),
+    )
 
 
 def test_the_forward_compiles_as_one_graph_and_gives_the_eager_outputs():
@@ -760,8 +807,13 @@ def test_head_dim_compiles_as_one_graph_and_static_caches_hold_its_heads():
     del inputs["decoder_input_ids"]
     for num_beams in (1, 4):
         dynamic = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6)
-        static = model.generate(**inputs, num_beams=num_beams, max_new_tokens=6, cache_implementation="static",
-                                return_dict_in_generate=num_beams == 1)  # fmt: skip
+        static = model.generate(
+            **inputs,
+            num_beams=num_beams,
+            max_new_tokens=6,
+            cache_implementation="static",
+            return_dict_in_generate=num_beams == 1,
+        )
         if num_beams == 1:
             layer = static.cache.self_attention_cache.layers[0]
             assert type(layer).__name__ == "StaticLayer" and (layer.num_heads, layer.k_head_dim) == (5, 12)
@@ -770,8 +822,12 @@ def test_head_dim_compiles_as_one_graph_and_static_caches_hold_its_heads():
     config = CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
     config._compile_all_devices = True
     torch._dynamo.reset()
-    tokens = model.generate(**inputs, num_beams=1, max_new_tokens=6, cache_implementation="static", compile_config=config)
-    assert model._compiled_call is not None and torch.equal(tokens, model.generate(**inputs, num_beams=1, max_new_tokens=6))
+    tokens = model.generate(
+        **inputs, num_beams=1, max_new_tokens=6, cache_implementation="static", compile_config=config
+    )
+    assert model._compiled_call is not None and torch.equal(
+        tokens, model.generate(**inputs, num_beams=1, max_new_tokens=6)
+    )
 
 
 def test_static_cache_decoding_compiles_as_one_graph():
@@ -785,6 +841,8 @@ def test_static_cache_decoding_compiles_as_one_graph():
     config = CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
     config._compile_all_devices = True
     torch._dynamo.reset()
-    compiled = model.generate(**inputs, num_beams=1, max_new_tokens=6, cache_implementation="static", compile_config=config)
+    compiled = model.generate(
+        **inputs, num_beams=1, max_new_tokens=6, cache_implementation="static", compile_config=config
+    )
     assert model._compiled_call is not None
     assert torch.equal(compiled, model.generate(**inputs, num_beams=1, max_new_tokens=6))

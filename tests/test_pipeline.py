@@ -95,16 +95,24 @@ def test_save_pretrained_writes_the_pipeline_file_and_custom_pipelines(mt_model,
     # transformers' own way (Pipeline.save_pretrained) writes the same entry and files
     VanillaTranslationPipeline(model=mt_model, tokenizer=tokenizer, device="cpu").save_pretrained(tmp_path / "pipe")
     assert json.loads((tmp_path / "pipe" / "config.json").read_text())["custom_pipelines"] == ENTRY
-    assert sorted(p.name for p in (tmp_path / "pipe").iterdir()) == sorted(p.name for p in (tmp_path / "model").iterdir())
+    assert sorted(p.name for p in (tmp_path / "pipe").iterdir()) == sorted(
+        p.name for p in (tmp_path / "model").iterdir()
+    )
 
     # With the package installed, `pipeline_class=` uses its class and needs no remote code.
-    pipe = pipeline(PIPELINE_TASK, model=str(tmp_path / "model"), pipeline_class=VanillaTranslationPipeline, device="cpu")
-    assert pipe(texts[:2], num_beams=1, max_new_tokens=6) == translate(mt_model, tokenizer, texts[:2], num_beams=1, max_new_tokens=6)
+    pipe = pipeline(
+        PIPELINE_TASK, model=str(tmp_path / "model"), pipeline_class=VanillaTranslationPipeline, device="cpu"
+    )
+    assert pipe(texts[:2], num_beams=1, max_new_tokens=6) == translate(
+        mt_model, tokenizer, texts[:2], num_beams=1, max_new_tokens=6
+    )
 
 
 # ------------------------------------------------------------------ train --push_to_hub
 def test_push_to_hub_option_and_repository_id_check(tmp_path):
-    args = build_parser().parse_args(["train", "--push_to_hub", "--hub_model_id", "someone/vanilla-en-de", "--hub_private_repo"])
+    args = build_parser().parse_args(
+        ["train", "--push_to_hub", "--hub_model_id", "someone/vanilla-en-de", "--hub_private_repo"]
+    )
     assert (args.push_to_hub, args.hub_model_id, args.hub_private_repo) == (True, "someone/vanilla-en-de", True)
     assert build_parser().parse_args(["train"]).push_to_hub is False
     assert TrainConfig().push_to_hub is False
@@ -119,8 +127,19 @@ def test_push_to_hub_option_and_repository_id_check(tmp_path):
 def test_push_to_hub_fails_before_training_when_offline(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE"):
-        main(["--debug", "train", "--dataset_name", str(corpus), "--output_dir", str(tmp_path / "run"), "--push_to_hub",
-              "--hub_model_id", "someone/x"])  # fmt: skip
+        main(
+            [
+                "--debug",
+                "train",
+                "--dataset_name",
+                str(corpus),
+                "--output_dir",
+                str(tmp_path / "run"),
+                "--push_to_hub",
+                "--hub_model_id",
+                "someone/x",
+            ]
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -140,13 +159,49 @@ def test_push_to_hub_needs_a_token(tmp_path, monkeypatch):
 def test_without_the_option_nothing_is_uploaded(corpus, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, *a, **k: calls.append(("create_repo", a, k)))
-    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", lambda self, *a, **k: calls.append(("upload_folder", a, k)))
+    monkeypatch.setattr(
+        huggingface_hub.HfApi, "upload_folder", lambda self, *a, **k: calls.append(("upload_folder", a, k))
+    )
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"test_split": None, "model": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
-                                  "encoder_layers": 1, "decoder_layers": 1}}))  # fmt: skip
-    main(["train", "--config", str(config), "--dataset_name", str(corpus), "--output-dir", str(tmp_path / "run"),
-          "--vocab-size", "400", "--max-tokens", "512", "--max-steps", "1", "--warmup-steps", "1", "--save_steps", "1",
-          "--eval-bleu-sentences", "0", "--disable_tqdm", "--use_cpu"])  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "test_split": None,
+                "model": {
+                    "d_model": 32,
+                    "encoder_ffn_dim": 64,
+                    "decoder_ffn_dim": 64,
+                    "encoder_layers": 1,
+                    "decoder_layers": 1,
+                },
+            }
+        )
+    )
+    main(
+        [
+            "train",
+            "--config",
+            str(config),
+            "--dataset_name",
+            str(corpus),
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--vocab-size",
+            "400",
+            "--max-tokens",
+            "512",
+            "--max-steps",
+            "1",
+            "--warmup-steps",
+            "1",
+            "--save_steps",
+            "1",
+            "--eval-bleu-sentences",
+            "0",
+            "--disable_tqdm",
+            "--use_cpu",
+        ]
+    )
     assert (tmp_path / "run" / "final" / PIPELINE_FILE.name).is_file()
     assert calls == []
     assert "hub_commit" not in json.loads((tmp_path / "run" / "results.json").read_text())

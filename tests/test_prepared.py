@@ -31,14 +31,18 @@ def corpus_split(corpus):
 
 
 @pytest.mark.parametrize("max_length, direct", [(256, True), (12, True), (12, False)])
-def test_a_prepared_split_holds_what_tokenize_corpus_keeps(corpus_split, tokenizer, tmp_path, max_length, direct, monkeypatch):
+def test_a_prepared_split_holds_what_tokenize_corpus_keeps(
+    corpus_split, tokenizer, tmp_path, max_length, direct, monkeypatch
+):
     """The same pairs kept (over-long and empty ones dropped), the same ids and texts, in the same order, written a
     chunk at a time (a small chunk here, so that several are joined) and read back through memory maps; whether
     the Rust tokenizer is called directly or, for any other tokenizer class, through transformers."""
     if not direct:
         monkeypatch.setattr(prepared_module, "TokenizersBackend", type("Other", (), {}))
     split = corpus_split.select(range(300))
-    split = split.map(lambda row, i: {"target": "   " if i == 7 else row["target"]}, with_indices=True)  # one empty side
+    split = split.map(
+        lambda row, i: {"target": "   " if i == 7 else row["target"]}, with_indices=True
+    )  # one empty side
     monkeypatch.setattr(prepared_module, "_CHUNK", 64)
     dropped = prepare_split(zip(split["source"], split["target"]), tokenizer, max_length, tmp_path / "split")
     expected, expected_dropped = tokenize_corpus(split, tokenizer, max_length=max_length)
@@ -110,7 +114,9 @@ def test_a_second_run_on_the_same_corpus_reads_nothing_and_trains_the_same(corpu
         raise AssertionError("the second run read the corpus again")
 
     monkeypatch.setattr(training._Split, "__call__", untouched)
-    second = dataclasses.replace(first, output_dir=str(tmp_path / "second"), tokenizer_name=str(tmp_path / "first" / "final"))
+    second = dataclasses.replace(
+        first, output_dir=str(tmp_path / "second"), tokenizer_name=str(tmp_path / "first" / "final")
+    )
     train(second)
     weights = [load_file(tmp_path / run / "final" / "model.safetensors") for run in ("first", "second")]
     assert weights[0].keys() == weights[1].keys()

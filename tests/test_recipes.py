@@ -34,7 +34,9 @@ def test_each_recipe_loads_into_train_config_and_names_only_files_that_exist(rec
         if path is not None and not str(path).startswith(("http", "hf://")) and "/" in str(path):
             assert (ROOT / path).exists() or Path(path).exists(), f"{recipe.name}: {name}={path!r} does not exist"
     if str(config.dataset_name).startswith(("data/", "./", "../")):  # a local corpus, not a Hub dataset
-        assert (ROOT / config.dataset_name).is_dir(), f"{recipe.name}: dataset_name={config.dataset_name!r} is not a folder"
+        assert (ROOT / config.dataset_name).is_dir(), (
+            f"{recipe.name}: dataset_name={config.dataset_name!r} is not a folder"
+        )
     else:
         assert config.dataset_config_name, f"{recipe.name}: a Hub dataset needs its configuration"
 
@@ -42,27 +44,53 @@ def test_each_recipe_loads_into_train_config_and_names_only_files_that_exist(rec
 @pytest.mark.slow
 def test_the_paper_recipe_runs_two_steps_on_local_data(corpus, tmp_path):
     recipe = TrainConfig.from_file(ROOT / "configs" / "wmt14_en_de_base.yaml")
-    assert (recipe.preset, recipe.warmup_steps, recipe.label_smoothing_factor, recipe.average_last) == ("base", 4000, 0.1, 5)
+    assert (recipe.preset, recipe.warmup_steps, recipe.label_smoothing_factor, recipe.average_last) == (
+        "base",
+        4000,
+        0.1,
+        5,
+    )
     assert recipe.max_tokens * 8 == 25000 and recipe.vocab_size == 37000
     # Same recipe; only what needs the network (Hub data, TensorBoard) or a GPU (bf16) is swapped.
     config = TrainConfig.from_file(
-        ROOT / "configs" / "wmt14_en_de_base.yaml", dataset_name=str(corpus), dataset_config_name=None, max_steps=2, save_steps=1,
-        eval_steps=2, eval_bleu_sentences=0, test_split=None, report_to=None, mixed_precision="no",
-        output_dir=str(tmp_path / "run"), disable_tqdm=True, max_tokens=600,
-    )  # fmt: skip
+        ROOT / "configs" / "wmt14_en_de_base.yaml",
+        dataset_name=str(corpus),
+        dataset_config_name=None,
+        max_steps=2,
+        save_steps=1,
+        eval_steps=2,
+        eval_bleu_sentences=0,
+        test_split=None,
+        report_to=None,
+        mixed_precision="no",
+        output_dir=str(tmp_path / "run"),
+        disable_tqdm=True,
+        max_tokens=600,
+    )
     summary = train(config)
     assert summary["step"] == 2 and summary["averaged_checkpoints"] == ["checkpoint-1", "checkpoint-2"]
     saved = json.loads((tmp_path / "run" / "final" / "config.json").read_text())
     base = VanillaTransformerConfig.base()
-    assert (saved["d_model"], saved["encoder_layers"], saved["encoder_ffn_dim"]) == (base.d_model, 6, base.encoder_ffn_dim)
+    assert (saved["d_model"], saved["encoder_layers"], saved["encoder_ffn_dim"]) == (
+        base.d_model,
+        6,
+        base.encoder_ffn_dim,
+    )
 
 
 @pytest.mark.slow
 def test_the_main_job_configuration_runs_on_a_tiny_budget(corpus, tmp_path):
     config = TrainConfig.from_file(
-        ROOT / "configs" / "tatoeba_en_de_small.yaml", dataset_name=str(corpus), vocab_size=500, max_steps=4, save_steps=2,
-        eval_steps=4, eval_bleu_sentences=4, output_dir=str(tmp_path / "run"), disable_tqdm=True,
-    )  # fmt: skip
+        ROOT / "configs" / "tatoeba_en_de_small.yaml",
+        dataset_name=str(corpus),
+        vocab_size=500,
+        max_steps=4,
+        save_steps=2,
+        eval_steps=4,
+        eval_bleu_sentences=4,
+        output_dir=str(tmp_path / "run"),
+        disable_tqdm=True,
+    )
     summary = train(config)
     assert summary["test"]["n"] == 40 and (tmp_path / "run" / "final" / "README.md").is_file()
 
@@ -70,8 +98,22 @@ def test_the_main_job_configuration_runs_on_a_tiny_budget(corpus, tmp_path):
 def test_the_example_training_script_learns_and_reports_sacrebleu(corpus, capsys):
     import train_translation
 
-    result = train_translation.main(["--data", str(corpus), "--steps", "40", "--vocab-size", "400", "--d-model", "32",
-                                     "--max-tokens", "400", "--eval-sentences", "10"])  # fmt: skip
+    result = train_translation.main(
+        [
+            "--data",
+            str(corpus),
+            "--steps",
+            "40",
+            "--vocab-size",
+            "400",
+            "--d-model",
+            "32",
+            "--max-tokens",
+            "400",
+            "--eval-sentences",
+            "10",
+        ]
+    )
     printed = capsys.readouterr().out
     losses = [float(line.split("loss ")[1].split()[0]) for line in printed.splitlines() if line.startswith("step ")]
     assert len(losses) == 1 and losses[0] < 6.0  # from ~6.2 (uniform over ~400 tokens) at the start

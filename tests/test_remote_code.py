@@ -26,7 +26,6 @@ from vanilla_transformer.loading import load_tokenizer
 from vanilla_transformer.tokenization import match_model_max_length, save_tokenizer, train_joint_bpe
 from vanilla_transformer.training_config import TrainConfig
 
-
 #: What transformers writes into a tokenizer's init kwargs when it loads one; not for a saved file.
 LOAD_TIME_KEYS = {"is_local", "local_files_only", "_commit_hash"}
 #: transformers' remote-code prompt, and its warning when the prompt is declined and it loads anyway.
@@ -59,7 +58,9 @@ def test_saved_folder_has_auto_map_and_the_portable_files(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12}], ids=["paper", "head_dim"]
+    "overrides",
+    [{}, {"encoder_attention_heads": 3, "decoder_attention_heads": 5, "head_dim": 12}],
+    ids=["paper", "head_dim"],
 )
 def test_folder_loads_and_generates_identically_without_the_package(tmp_path, overrides):
     model = tiny_model(**overrides)  # with the paper's decoding, as the package's checkpoints carry it
@@ -117,7 +118,9 @@ def test_package_and_remote_code_classes_give_the_same_logits(tmp_path):
     model.save_pretrained(tmp_path)
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
     src, tgt = random_ids(2, 5), random_ids(2, 4, seed=1)
-    assert torch.equal(model(input_ids=src, decoder_input_ids=tgt).logits, reloaded(input_ids=src, decoder_input_ids=tgt).logits)
+    assert torch.equal(
+        model(input_ids=src, decoder_input_ids=tgt).logits, reloaded(input_ids=src, decoder_input_ids=tgt).logits
+    )
 
 
 def test_the_folder_train_pushes_translates_without_the_package_through_auto_classes_and_pipeline(
@@ -140,22 +143,67 @@ def test_the_folder_train_pushes_translates_without_the_package_through_auto_cla
 
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
     monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
-    monkeypatch.setattr(vanilla_transformer.training, "_check_hub_upload_possible", lambda repo: calls.append(("check", repo)))
+    monkeypatch.setattr(
+        vanilla_transformer.training, "_check_hub_upload_possible", lambda repo: calls.append(("check", repo))
+    )
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"test_split": None, "model": {"d_model": 32, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
-                                  "encoder_layers": 1, "decoder_layers": 1}}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "test_split": None,
+                "model": {
+                    "d_model": 32,
+                    "encoder_ffn_dim": 64,
+                    "decoder_ffn_dim": 64,
+                    "encoder_layers": 1,
+                    "decoder_layers": 1,
+                },
+            }
+        )
+    )
     run = tmp_path / "run"
-    main(["train", "--config", str(config), "--dataset_name", str(corpus), "--output-dir", str(run), "--vocab-size", "400",
-          "--max-tokens", "512", "--max-steps", "2", "--warmup-steps", "2", "--save_steps", "2",
-          "--eval-bleu-sentences", "0", "--disable_tqdm", "--use_cpu", "--push_to_hub", "someone/vanilla-en-de"])  # fmt: skip
+    main(
+        [
+            "train",
+            "--config",
+            str(config),
+            "--dataset_name",
+            str(corpus),
+            "--output-dir",
+            str(run),
+            "--vocab-size",
+            "400",
+            "--max-tokens",
+            "512",
+            "--max-steps",
+            "2",
+            "--warmup-steps",
+            "2",
+            "--save_steps",
+            "2",
+            "--eval-bleu-sentences",
+            "0",
+            "--disable_tqdm",
+            "--use_cpu",
+            "--push_to_hub",
+            "someone/vanilla-en-de",
+        ]
+    )
 
     # (c) one upload: the whole final folder, after the check that ran before training
     assert [c[0] for c in calls] == ["check", "create_repo", "upload_folder"]
     assert calls[1][1] == calls[2][1] == "someone/vanilla-en-de" and calls[2][2] == run / "final"
     uploaded = sorted(p.name for p in snapshot.iterdir())
     assert uploaded == sorted(p.name for p in (run / "final").iterdir())
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "README.md", *PORTABLE_FILES} <= set(uploaded)  # fmt: skip
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        *PORTABLE_FILES,
+    } <= set(uploaded)
     assert json.loads((snapshot / "config.json").read_text())["custom_pipelines"]["vanilla-translation"]["impl"] == (
         "pipeline_vanilla_transformer.VanillaTranslationPipeline"
     )
@@ -193,8 +241,15 @@ def test_the_folder_train_pushes_translates_without_the_package_through_auto_cla
     )
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert PROMPT not in result.stdout + result.stderr and TYPE_WARNING not in result.stdout + result.stderr
     out = json.loads((tmp_path / "out.json").read_text())
@@ -209,8 +264,14 @@ def test_the_cards_how_to_use_snippet_runs_without_the_package_and_without_a_pro
     model, then the card): its tokenizer_config.json carries no load-time keys, and the card's "How to use"
     snippet, run verbatim where the package cannot be imported and standard input is closed, neither asks
     "Do you wish to run the custom code?" nor warns about the model type, and tokenizes as in-process."""
-    sentences = ["A dog runs in the park.", "Ein Hund läuft im Park.", "Two children play football.",
-                 "Zwei Kinder spielen Fußball.", "The cat sleeps.", "Die Katze schläft."]  # fmt: skip
+    sentences = [
+        "A dog runs in the park.",
+        "Ein Hund läuft im Park.",
+        "Two children play football.",
+        "Zwei Kinder spielen Fußball.",
+        "The cat sleeps.",
+        "Die Katze schläft.",
+    ]
     save_tokenizer(train_joint_bpe(sentences * 20, vocab_size=300), tmp_path / "tokenizer")
     tokenizer = load_tokenizer(tmp_path / "tokenizer")  # the run's own tokenizer, loaded back
     model = tiny_model(vocab_size=len(tokenizer))
@@ -218,8 +279,9 @@ def test_the_cards_how_to_use_snippet_runs_without_the_package_and_without_a_pro
     model.save_pretrained(folder)
     match_model_max_length(tokenizer, model.config)
     save_tokenizer(tokenizer, folder)
-    write_model_card(folder, config=TrainConfig(dataset_name="data/tatoeba_en_de"), model_config=model.config,
-                     summary={"step": 1})  # fmt: skip
+    write_model_card(
+        folder, config=TrainConfig(dataset_name="data/tatoeba_en_de"), model_config=model.config, summary={"step": 1}
+    )
     for saved in (tmp_path / "tokenizer", folder):
         keys = set(json.loads((saved / "tokenizer_config.json").read_text()))
         assert not keys & LOAD_TIME_KEYS, (saved.name, sorted(keys & LOAD_TIME_KEYS))
@@ -236,12 +298,22 @@ def test_the_cards_how_to_use_snippet_runs_without_the_package_and_without_a_pro
                         "decoded": tokenizer.batch_decode(ids, skip_special_tokens=True)}}, f)
         """
     )
-    script = 'import sys\nsys.modules["vanilla_transformer"] = None\n' + snippet.replace(
-        "<this folder or repo>", str(folder)) + check  # fmt: skip
+    script = (
+        'import sys\nsys.modules["vanilla_transformer"] = None\n'
+        + snippet.replace("<this folder or repo>", str(folder))
+        + check
+    )
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert PROMPT not in output, output[-3000:]

@@ -41,8 +41,12 @@ def test_optimizer_is_the_papers_adam_through_torchs_fused_kernel():
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 4))
     reference, initial = copy.deepcopy(model), copy.deepcopy(model)
     optimizer, schedule = make_optimizer_and_schedule(model, d_model=512, warmup_steps=2)
-    assert optimizer.defaults["fused"] and optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    plain = torch.optim.Adam(reference.parameters(), lr=optimizer.param_groups[0]["lr"], betas=(0.9, 0.98), eps=1e-9, foreach=True)
+    assert (
+        optimizer.defaults["fused"] and optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    )
+    plain = torch.optim.Adam(
+        reference.parameters(), lr=optimizer.param_groups[0]["lr"], betas=(0.9, 0.98), eps=1e-9, foreach=True
+    )
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         for p, q in zip(model.parameters(), reference.parameters()):
@@ -58,8 +62,9 @@ def test_optimizer_is_the_papers_adam_through_torchs_fused_kernel():
 
 
 def test_the_optimizer_takes_other_settings():
-    optimizer, schedule = make_optimizer_and_schedule(torch.nn.Linear(2, 2), 256, warmup_steps=10, lr_factor=0.5,
-                                                      betas=(0.8, 0.9), eps=1e-6)  # fmt: skip
+    optimizer, schedule = make_optimizer_and_schedule(
+        torch.nn.Linear(2, 2), 256, warmup_steps=10, lr_factor=0.5, betas=(0.8, 0.9), eps=1e-6
+    )
     assert (optimizer.defaults["betas"], optimizer.defaults["eps"]) == ((0.8, 0.9), 1e-6)
     for _ in range(10):
         optimizer.step()

@@ -101,7 +101,9 @@ def test_save_and_autotokenizer_reload(tok, tmp_path):
     # Saved again, the loaded tokenizer writes the same tokenizer_config.json: nothing about how it was loaded
     # (transformers adds is_local and local_files_only to its init kwargs) goes into a file meant for the Hub.
     save_tokenizer(loaded, tmp_path / "again")
-    assert (tmp_path / "again" / "tokenizer_config.json").read_text() == (tmp_path / "tokenizer_config.json").read_text()
+    assert (tmp_path / "again" / "tokenizer_config.json").read_text() == (
+        tmp_path / "tokenizer_config.json"
+    ).read_text()
     assert loaded.model_max_length == tok.model_max_length
 
 
@@ -161,7 +163,9 @@ def test_model_max_length_is_what_the_model_can_read(tok, tmp_path):
         n = len(tok(long_text)["input_ids"])
     assert n > 1024 and "longer than the specified maximum" not in captured.out
     learned = copy.deepcopy(tok)
-    config = VanillaTransformerConfig(vocab_size=len(tok), position_embedding_type="learned", max_position_embeddings=512)
+    config = VanillaTransformerConfig(
+        vocab_size=len(tok), position_embedding_type="learned", max_position_embeddings=512
+    )
     match_model_max_length(learned, config)
     learned.save_pretrained(tmp_path)
     assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 512

@@ -20,16 +20,34 @@ from vanilla_transformer.training import emulated_bf16_warning, resolve_mixed_pr
 from vanilla_transformer.training_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_MODEL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-              "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}  # fmt: skip
+TINY_MODEL = {
+    "d_model": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+}
 
 
 def tiny_run(corpus: Path, output_dir: Path, **overrides) -> TrainConfig:
     values = dict(
-        dataset_name=str(corpus), output_dir=str(output_dir), vocab_size=400, config_overrides={**TINY_MODEL, "dropout": 0.1},
-        max_tokens=512, max_steps=6, warmup_steps=4, lr_factor=2.0, eval_steps=1000, save_steps=3,
-        eval_bleu_sentences=8, generation_num_beams=1, disable_tqdm=True, seed=3,
-    )  # fmt: skip
+        dataset_name=str(corpus),
+        output_dir=str(output_dir),
+        vocab_size=400,
+        config_overrides={**TINY_MODEL, "dropout": 0.1},
+        max_tokens=512,
+        max_steps=6,
+        warmup_steps=4,
+        lr_factor=2.0,
+        eval_steps=1000,
+        save_steps=3,
+        eval_bleu_sentences=8,
+        generation_num_beams=1,
+        disable_tqdm=True,
+        seed=3,
+    )
     return TrainConfig(**{**values, **overrides})
 
 
@@ -37,7 +55,18 @@ def test_tensorboard_logging_writes_the_run_scalars(corpus, tmp_path):
     """--report_to tensorboard: Accelerate's tracker writes event files holding the logged losses."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(tiny_run(corpus, tmp_path / "run", max_steps=50, eval_steps=50, save_steps=50, eval_bleu_sentences=0, report_to="tensorboard", test_split=None))
+    train(
+        tiny_run(
+            corpus,
+            tmp_path / "run",
+            max_steps=50,
+            eval_steps=50,
+            save_steps=50,
+            eval_bleu_sentences=0,
+            report_to="tensorboard",
+            test_split=None,
+        )
+    )
     events = list((tmp_path / "run").rglob("events.out.tfevents.*"))
     assert events, "no TensorBoard event file"
     scalars = EventAccumulator(str(events[0].parent)).Reload().Tags()["scalars"]
@@ -65,15 +94,23 @@ def test_label_smoothing_matches_transformers_label_smoother(skip_logits):
 
 # ------------------------------------------------------------------ a real run
 def test_a_short_run_on_real_text_lowers_validation_loss_and_saves_a_hub_folder(corpus, tmp_path):
-    config = tiny_run(corpus, tmp_path / "run", max_steps=120, eval_steps=60, save_steps=40, warmup_steps=40, lr_factor=0.3)
+    config = tiny_run(
+        corpus, tmp_path / "run", max_steps=120, eval_steps=60, save_steps=40, warmup_steps=40, lr_factor=0.3
+    )
     summary = train(config)
     state = json.loads((list_checkpoints(tmp_path / "run" / "checkpoints")[-1] / "trainer_state.json").read_text())
     losses = [r["valid_loss"] for r in state["history"] if "valid_loss" in r]
     # uniform guessing over the 400-token vocabulary would give ln(400) = 6.0 (before smoothing)
     assert len(losses) == 2 and losses[1] < losses[0] - 0.2 and losses[1] < math.log(400) - 1.0, losses
     final = tmp_path / "run" / "final"
-    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
-                 "modeling_vanilla_transformer.py", "README.md"):  # fmt: skip
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "modeling_vanilla_transformer.py",
+        "README.md",
+    ):
         assert (final / name).is_file(), name
     assert summary["averaged_checkpoints"] == ["checkpoint-40", "checkpoint-80", "checkpoint-120"]
     assert summary["test"]["n"] == 40 and "nrefs:1" in summary["test"]["bleu_signature"]
@@ -82,7 +119,9 @@ def test_a_short_run_on_real_text_lowers_validation_loss_and_saves_a_hub_folder(
     assert f"{summary['test']['bleu']:.2f}" in card and "sacrebleu" in card
 
 
-@pytest.mark.parametrize("amx, avx512_bf16, expected", [(True, True, "bf16"), (False, True, "bf16"), (False, False, "no")])
+@pytest.mark.parametrize(
+    "amx, avx512_bf16, expected", [(True, True, "bf16"), (False, True, "bf16"), (False, False, "no")]
+)
 def test_auto_mixed_precision_is_bf16_only_on_cpus_with_bf16_units(monkeypatch, amx, avx512_bf16, expected):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
@@ -101,12 +140,18 @@ def test_a_run_with_auto_precision_records_what_it_resolved_to(corpus, tmp_path,
 
 
 @pytest.mark.parametrize("units", [False, True])
-def test_bf16_on_a_cpu_without_bf16_units_is_run_with_a_warning_naming_the_fix(corpus, tmp_path, monkeypatch, capsys, units):
+def test_bf16_on_a_cpu_without_bf16_units_is_run_with_a_warning_naming_the_fix(
+    corpus, tmp_path, monkeypatch, capsys, units
+):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: units)
     assert emulated_bf16_warning("no", torch.device("cpu")) is None
     assert emulated_bf16_warning("bf16", torch.device("cuda")) is None
-    train(tiny_run(corpus, tmp_path / "run", max_steps=1, save_steps=1, test_split=None, mixed_precision="bf16", use_cpu=True))
+    train(
+        tiny_run(
+            corpus, tmp_path / "run", max_steps=1, save_steps=1, test_split=None, mixed_precision="bf16", use_cpu=True
+        )
+    )
     out = capsys.readouterr().out
     assert ("no AMX or AVX512-BF16" in out and "Use --mixed_precision no, or auto" in out) is not units
     assert json.loads((tmp_path / "run" / "train_config.json").read_text())["mixed_precision"] == "bf16"  # as asked
@@ -117,7 +162,11 @@ def test_the_progress_bar_counts_steps_or_with_a_time_budget_seconds_of_it(corpu
     train(tiny_run(corpus, tmp_path / "steps", max_steps=2, save_steps=1, test_split=None, disable_tqdm=False))
     bars = capsys.readouterr().err
     assert re.search(r"training: 100%\|[^\n\r]*\| 2/2 ", bars), bars
-    train(tiny_run(corpus, tmp_path / "budget", max_steps=2, save_steps=1, test_split=None, disable_tqdm=False, max_minutes=10))
+    train(
+        tiny_run(
+            corpus, tmp_path / "budget", max_steps=2, save_steps=1, test_split=None, disable_tqdm=False, max_minutes=10
+        )
+    )
     bars = capsys.readouterr().err
     assert re.search(r"training, step 2: +\d+%\|[^\n\r]*\| \d+/600 s, loss=", bars), bars  # seconds of 10 minutes
     assert not re.search(r"training: [^\n\r]*/1000000", bars)
@@ -129,8 +178,18 @@ def test_training_draws_attention_pictures_at_each_evaluation(corpus, tmp_path):
     from vanilla_transformer.visualization import FILES
 
     run = tmp_path / "run"
-    train(tiny_run(corpus, run, max_steps=2, eval_steps=1, save_steps=2, eval_bleu_sentences=0, test_split=None,
-                   attention_pictures=3))  # fmt: skip
+    train(
+        tiny_run(
+            corpus,
+            run,
+            max_steps=2,
+            eval_steps=1,
+            save_steps=2,
+            eval_bleu_sentences=0,
+            test_split=None,
+            attention_pictures=3,
+        )
+    )
     for step in (1, 2):
         folder = run / "pictures" / f"step-{step}"
         assert sorted(p.name for p in folder.iterdir()) == sorted(FILES[k] for k in ("encoder", "decoder", "cross"))
@@ -165,11 +224,21 @@ def test_resume_takes_the_newest_checkpoint_by_its_path_and_refuses_others(corpu
     train(tiny_run(corpus, run, max_steps=4, save_steps=2))
     with pytest.raises(ValueError, match="already holds checkpoints .checkpoint-4.; pass --resume_from_checkpoint"):
         train(tiny_run(corpus, run, max_steps=6, save_steps=2))
-    with pytest.raises(ValueError, match="has newer checkpoints .checkpoint-4., which going on from checkpoint-2 would overwrite"):
-        train(tiny_run(corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(run / "checkpoints" / "checkpoint-2")))
+    with pytest.raises(
+        ValueError, match="has newer checkpoints .checkpoint-4., which going on from checkpoint-2 would overwrite"
+    ):
+        train(
+            tiny_run(
+                corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(run / "checkpoints" / "checkpoint-2")
+            )
+        )
     with pytest.raises(ValueError, match="not a complete checkpoint of this run's folder"):
         train(tiny_run(corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(tmp_path / "elsewhere")))
-    summary = train(tiny_run(corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(run / "checkpoints" / "checkpoint-4")))
+    summary = train(
+        tiny_run(
+            corpus, run, max_steps=6, save_steps=2, resume_from_checkpoint=str(run / "checkpoints" / "checkpoint-4")
+        )
+    )
     assert summary["step"] == 6
     assert [p.name for p in list_checkpoints(run / "checkpoints")] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
 
@@ -194,25 +263,41 @@ def test_the_main_job_script_resumes_instead_of_deleting_the_run(tmp_path):
     (out / "keep-me").write_text("a run in progress")
     env = {**os.environ, "OUTPUT_DIR": str(out)}
     # --max_steps 0 is refused by train, after the script's own steps: what matters is what they did to the run
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "main.sh"), "--resume_from_checkpoint", "--max_steps", "0"],
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "main.sh"), "--resume_from_checkpoint", "--max_steps", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode != 0 and "max_steps=0 is out of range" in done.stderr, done.stderr[-2000:]
     assert (out / "keep-me").exists()
 
 
 def test_a_users_own_files_train_with_a_separate_validation_and_test_file(corpus, tmp_path):
     """One TSV of training pairs, a TSV of validation pairs and a JSON-lines test file, as a user brings them."""
+
     def pairs(split: str) -> list[tuple[str, str]]:
         en, de = ((corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de"))
         return list(zip(en, de))
 
     (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs("train")), encoding="utf-8")
     (tmp_path / "dev.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs("valid")), encoding="utf-8")
-    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": a, "de": b}}) + "\n"
-                                                 for a, b in pairs("test")[:10]), encoding="utf-8")  # fmt: skip
-    summary = train(tiny_run(tmp_path / "no-corpus-here", tmp_path / "run", max_steps=2, save_steps=2,
-                             train_file=str(tmp_path / "pairs.tsv"), validation_file=str(tmp_path / "dev.tsv"),
-                             test_file=str(tmp_path / "test.jsonl"), eval_bleu_sentences=0))  # fmt: skip
+    (tmp_path / "test.jsonl").write_text(
+        "".join(json.dumps({"translation": {"en": a, "de": b}}) + "\n" for a, b in pairs("test")[:10]), encoding="utf-8"
+    )
+    summary = train(
+        tiny_run(
+            tmp_path / "no-corpus-here",
+            tmp_path / "run",
+            max_steps=2,
+            save_steps=2,
+            train_file=str(tmp_path / "pairs.tsv"),
+            validation_file=str(tmp_path / "dev.tsv"),
+            test_file=str(tmp_path / "test.jsonl"),
+            eval_bleu_sentences=0,
+        )
+    )
     assert summary["test"]["n"] == 10 and "valid_loss" in summary
     assert len((tmp_path / "run" / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 10
 
@@ -262,7 +347,9 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_the_run_res
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_non_finite_loss_stops_the_run_before_its_next_checkpoint_and_keeps_the_last_one(corpus, tmp_path, monkeypatch):
+def test_a_non_finite_loss_stops_the_run_before_its_next_checkpoint_and_keeps_the_last_one(
+    corpus, tmp_path, monkeypatch
+):
     from vanilla_transformer import training
 
     real, calls = training.loss_sums, []
@@ -274,7 +361,10 @@ def test_a_non_finite_loss_stops_the_run_before_its_next_checkpoint_and_keeps_th
 
     monkeypatch.setattr(training, "loss_sums", poisoned)
     # found at the next checkpoint (step 4), before it is written: no checkpoint holds the updates of a NaN loss
-    with pytest.raises(FloatingPointError, match="in steps 3-4, found before any checkpoint of it was written; the newest checkpoint.*checkpoint-2"):
+    with pytest.raises(
+        FloatingPointError,
+        match="in steps 3-4, found before any checkpoint of it was written; the newest checkpoint.*checkpoint-2",
+    ):
         train(tiny_run(corpus, tmp_path / "run", max_steps=6, save_steps=2))
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint-2"]
     monkeypatch.setattr(training, "loss_sums", real)
@@ -294,8 +384,12 @@ class CountReadsBack:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         counter, aten = self, torch.ops.aten
-        reads = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,
-                 aten.repeat_interleave.Tensor}  # fmt: skip
+        reads = {
+            aten._local_scalar_dense.default,
+            aten.nonzero.default,
+            aten.masked_select.default,
+            aten.repeat_interleave.Tensor,
+        }
 
         def boolean_index(func, args) -> bool:
             return func is aten.index.Tensor and any(
@@ -312,7 +406,9 @@ class CountReadsBack:
 
 
 @pytest.mark.parametrize("gradient_accumulation", [1, 2])
-def test_a_training_step_reads_nothing_back_from_the_device_between_logging_steps(corpus, tmp_path, monkeypatch, gradient_accumulation):
+def test_a_training_step_reads_nothing_back_from_the_device_between_logging_steps(
+    corpus, tmp_path, monkeypatch, gradient_accumulation
+):
     """The steps that neither log, evaluate nor save read no value back (the losses, token counts and the
     finiteness check stay on the device until a logging step); scripts/gpu_check.sh checks the same on a GPU
     with torch.cuda.set_sync_debug_mode("error")."""
@@ -329,8 +425,18 @@ def test_a_training_step_reads_nothing_back_from_the_device_between_logging_step
 
     monkeypatch.setattr(training, "test_delay", mark)
     with counter.mode:
-        train(tiny_run(corpus, tmp_path / "run", max_steps=12, logging_steps=4, eval_steps=6, save_steps=6,
-                       gradient_accumulation_steps=gradient_accumulation, test_split=None))  # fmt: skip
+        train(
+            tiny_run(
+                corpus,
+                tmp_path / "run",
+                max_steps=12,
+                logging_steps=4,
+                eval_steps=6,
+                save_steps=6,
+                gradient_accumulation_steps=gradient_accumulation,
+                test_split=None,
+            )
+        )
     per_step = counter.per_step[1:]  # per_step[k - 1]: from the start of step k to the start of step k + 1
     assert len(per_step) == 12
     quiet = [k for k in range(1, 13) if k % 4 and k % 6]
@@ -348,7 +454,15 @@ def test_refuses_to_overwrite_a_run_without_resume(corpus, tmp_path):
 def test_resuming_with_another_model_size_says_so(corpus, tmp_path):
     train(tiny_run(corpus, tmp_path / "run", max_steps=3))
     with pytest.raises(ValueError, match="Cannot resume.*shape"):
-        train(tiny_run(corpus, tmp_path / "run", max_steps=6, resume_from_checkpoint="latest", config_overrides={**TINY_MODEL, "d_model": 96}))
+        train(
+            tiny_run(
+                corpus,
+                tmp_path / "run",
+                max_steps=6,
+                resume_from_checkpoint="latest",
+                config_overrides={**TINY_MODEL, "d_model": 96},
+            )
+        )
 
 
 def test_missing_corpus_fails_before_training(tmp_path):
@@ -390,18 +504,70 @@ def _free_port() -> str:
 
 @pytest.mark.timeout(600)
 def test_two_processes_reach_the_parameters_of_one_process_with_the_same_global_batch(corpus, tmp_path):
-    common = ["--dataset_name", str(corpus), "--vocab-size", "400", "--config_overrides", json.dumps({**TINY_MODEL, "dropout": 0.0}),
-              "--max-tokens", "256", "--max-steps", "4", "--warmup-steps", "2", "--eval_steps", "1000",
-              "--save_steps", "4", "--eval-bleu-sentences", "0", "--seed", "3", "--disable_tqdm"]  # fmt: skip
+    common = [
+        "--dataset_name",
+        str(corpus),
+        "--vocab-size",
+        "400",
+        "--config_overrides",
+        json.dumps({**TINY_MODEL, "dropout": 0.0}),
+        "--max-tokens",
+        "256",
+        "--max-steps",
+        "4",
+        "--warmup-steps",
+        "2",
+        "--eval_steps",
+        "1000",
+        "--save_steps",
+        "4",
+        "--eval-bleu-sentences",
+        "0",
+        "--seed",
+        "3",
+        "--disable_tqdm",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     # the tokenizer is trained once and shared, so both runs see identical ids
-    one = run_processes([sys.executable, "-m", "vanilla_transformer", "train", *common, "--gradient_accumulation_steps", "2",
-                         "--output-dir", str(tmp_path / "one")], env, timeout=240)  # fmt: skip
+    one = run_processes(
+        [
+            sys.executable,
+            "-m",
+            "vanilla_transformer",
+            "train",
+            *common,
+            "--gradient_accumulation_steps",
+            "2",
+            "--output-dir",
+            str(tmp_path / "one"),
+        ],
+        env,
+        timeout=240,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
-    two = run_processes([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", _free_port(),
-                         "-m", "vanilla_transformer", "train", *common, "--gradient_accumulation_steps", "1",
-                         "--tokenizer_name", str(tmp_path / "one" / "tokenizer"), "--output-dir", str(tmp_path / "two")],
-                        env, timeout=240)  # fmt: skip
+    two = run_processes(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            _free_port(),
+            "-m",
+            "vanilla_transformer",
+            "train",
+            *common,
+            "--gradient_accumulation_steps",
+            "1",
+            "--tokenizer_name",
+            str(tmp_path / "one" / "tokenizer"),
+            "--output-dir",
+            str(tmp_path / "two"),
+        ],
+        env,
+        timeout=240,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     a = load_file(tmp_path / "one" / "checkpoints" / "checkpoint-4" / "model.safetensors")
     b = load_file(tmp_path / "two" / "checkpoints" / "checkpoint-4" / "model.safetensors")

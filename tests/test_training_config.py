@@ -5,9 +5,8 @@ import json
 
 import pytest
 
-from vanilla_transformer.training_config import PRESETS
 from vanilla_transformer.training import TrainConfig as ReExported
-from vanilla_transformer.training_config import TrainConfig, options_from_file
+from vanilla_transformer.training_config import PRESETS, TrainConfig, options_from_file
 
 
 def test_every_field_says_what_it_means():
@@ -18,18 +17,35 @@ def test_every_field_says_what_it_means():
 
 def test_the_defaults_are_the_papers_recipe():
     config = TrainConfig()
-    assert (config.preset, config.warmup_steps, config.label_smoothing_factor, config.average_last) == ("base", 4000, 0.1, 5)
-    assert (config.adam_beta1, config.adam_beta2, config.adam_epsilon, config.generation_num_beams) == (0.9, 0.98, 1e-9, 4)
-    assert config.config_overrides == {} and config.config_overrides is not TrainConfig().config_overrides  # a fresh dict each time
+    assert (config.preset, config.warmup_steps, config.label_smoothing_factor, config.average_last) == (
+        "base",
+        4000,
+        0.1,
+        5,
+    )
+    assert (config.adam_beta1, config.adam_beta2, config.adam_epsilon, config.generation_num_beams) == (
+        0.9,
+        0.98,
+        1e-9,
+        4,
+    )
+    assert (
+        config.config_overrides == {} and config.config_overrides is not TrainConfig().config_overrides
+    )  # a fresh dict each time
     assert ReExported is TrainConfig  # `from vanilla_transformer.training import TrainConfig` still works
 
 
 @pytest.mark.parametrize(
     "overrides, words",
-    [(dict(max_tokens=0), "max_tokens"), (dict(mixed_precision="fp8"), "mixed_precision"),
-     (dict(label_smoothing_factor=1.0), "label_smoothing_factor"), (dict(preset="huge"), "preset"),
-     (dict(attention_pictures=-1), "attention_pictures"), (dict(max_minutes=0), "max_minutes")],
-)  # fmt: skip
+    [
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(mixed_precision="fp8"), "mixed_precision"),
+        (dict(label_smoothing_factor=1.0), "label_smoothing_factor"),
+        (dict(preset="huge"), "preset"),
+        (dict(attention_pictures=-1), "attention_pictures"),
+        (dict(max_minutes=0), "max_minutes"),
+    ],
+)
 def test_out_of_range_options_are_rejected(overrides, words):
     with pytest.raises(ValueError, match=f"TrainConfig: {words}=.* is out of range"):
         TrainConfig(**overrides)
@@ -62,7 +78,9 @@ def test_a_saved_train_config_json_reads_back_as_the_same_settings(tmp_path):
 
 def test_a_misspelt_model_setting_is_refused_wherever_it_is_given(tmp_path):
     """A name that is not a VanillaTransformerConfig setting would train the preset's size and be saved as is."""
-    with pytest.raises(ValueError, match="'d_modl' is not a setting of VanillaTransformerConfig. Did you mean 'd_model'"):
+    with pytest.raises(
+        ValueError, match="'d_modl' is not a setting of VanillaTransformerConfig. Did you mean 'd_model'"
+    ):
         TrainConfig(config_overrides={"d_modl": 64})
     (tmp_path / "run.yaml").write_text("config_overrides:\n  d_modl: 64\n")
     with pytest.raises(ValueError, match=r"run.yaml: config_overrides: 'd_modl' is not a setting"):
@@ -87,9 +105,16 @@ def test_older_option_names_in_a_file_still_work_and_say_what_replaced_them(tmp_
     (tmp_path / "old.yaml").write_text("save_every: 7\nresume: true\nprogress: false\nmodel:\n  d_model: 64\n")
     config = TrainConfig.from_file(tmp_path / "old.yaml")
     assert (config.save_steps, config.resume_from_checkpoint, config.disable_tqdm, config.config_overrides) == (
-        7, "latest", True, {"d_model": 64})
+        7,
+        "latest",
+        True,
+        {"d_model": 64},
+    )
     notices = capsys.readouterr().err
-    assert "'save_every' is an old name of 'save_steps'" in notices and "'model' is an old name of 'config_overrides'" in notices
+    assert (
+        "'save_every' is an old name of 'save_steps'" in notices
+        and "'model' is an old name of 'config_overrides'" in notices
+    )
     (tmp_path / "both.yaml").write_text("save_every: 7\nsave_steps: 8\n")
     with pytest.raises(ValueError, match="both 'save_every' and its new name 'save_steps' are set"):
         options_from_file(tmp_path / "both.yaml")

@@ -53,19 +53,37 @@ from tests.generation.test_utils import GenerationTesterMixin  # noqa: E402
 from tests.test_configuration_common import ConfigTester  # noqa: E402
 from tests.test_modeling_common import ModelTesterMixin, ids_tensor  # noqa: E402
 
-
 PAD, BOS, EOS = 0, 1, 2  # this model's defaults (the tokenizer's order): <pad> <s> </s> <unk>
 
 
 class VanillaTransformerModelTester:
     """Tiny sizes and random batches for the generic tests (the sizes transformers' Marian tester uses)."""
 
-    def __init__(self, parent, batch_size=13, seq_length=7, vocab_size=99, hidden_size=16, num_hidden_layers=2,
-                 num_attention_heads=4, intermediate_size=4, dropout=0.1, max_position_embeddings=100):  # fmt: skip
+    def __init__(
+        self,
+        parent,
+        batch_size=13,
+        seq_length=7,
+        vocab_size=99,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=4,
+        dropout=0.1,
+        max_position_embeddings=100,
+    ):
         self.parent = parent
         self.batch_size, self.seq_length, self.vocab_size = batch_size, seq_length, vocab_size
-        self.hidden_size, self.num_hidden_layers, self.num_attention_heads = hidden_size, num_hidden_layers, num_attention_heads
-        self.intermediate_size, self.dropout, self.max_position_embeddings = intermediate_size, dropout, max_position_embeddings
+        self.hidden_size, self.num_hidden_layers, self.num_attention_heads = (
+            hidden_size,
+            num_hidden_layers,
+            num_attention_heads,
+        )
+        self.intermediate_size, self.dropout, self.max_position_embeddings = (
+            intermediate_size,
+            dropout,
+            max_position_embeddings,
+        )
         # read by the generic tests
         self.is_training = True
         self.encoder_seq_length = self.decoder_seq_length = seq_length
@@ -73,13 +91,22 @@ class VanillaTransformerModelTester:
 
     def get_config(self) -> VanillaTransformerConfig:
         return VanillaTransformerConfig(
-            vocab_size=self.vocab_size, d_model=self.hidden_size, encoder_layers=self.num_hidden_layers,
-            decoder_layers=self.num_hidden_layers, encoder_attention_heads=self.num_attention_heads,
-            decoder_attention_heads=self.num_attention_heads, encoder_ffn_dim=self.intermediate_size,
-            decoder_ffn_dim=self.intermediate_size, dropout=self.dropout, attention_dropout=self.dropout,
-            max_position_embeddings=self.max_position_embeddings, pad_token_id=PAD, bos_token_id=BOS,
-            eos_token_id=EOS, decoder_start_token_id=BOS,
-        )  # fmt: skip
+            vocab_size=self.vocab_size,
+            d_model=self.hidden_size,
+            encoder_layers=self.num_hidden_layers,
+            decoder_layers=self.num_hidden_layers,
+            encoder_attention_heads=self.num_attention_heads,
+            decoder_attention_heads=self.num_attention_heads,
+            encoder_ffn_dim=self.intermediate_size,
+            decoder_ffn_dim=self.intermediate_size,
+            dropout=self.dropout,
+            attention_dropout=self.dropout,
+            max_position_embeddings=self.max_position_embeddings,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+            decoder_start_token_id=BOS,
+        )
 
     def prepare_config_and_inputs(self) -> tuple[VanillaTransformerConfig, dict]:
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size).clamp(4)  # no special tokens
@@ -139,7 +166,10 @@ class VanillaTransformerModelTest(ModelTesterMixin, GenerationTesterMixin, unitt
         ids = inputs["input_ids"][:2].clone()
         mask = torch.ones_like(ids)
         ids[1, 3:], mask[1, 3:] = PAD, 0  # the second sentence has 3 tokens
-        model.generation_config.suppress_tokens = [EOS, PAD]  # run to the limit (a random model may emit <pad>, counted as none)
+        model.generation_config.suppress_tokens = [
+            EOS,
+            PAD,
+        ]  # run to the limit (a random model may emit <pad>, counted as none)
         out = model.generate(input_ids=ids, attention_mask=mask)
         produced = (out[:, 1:] != PAD).sum(-1)
         self.assertEqual(produced.tolist(), [7 + 2, 3 + 2])

@@ -64,18 +64,32 @@ def test_figure_1_is_read_off_the_models_modules(tmp_path):
     config = VanillaTransformerConfig.base(vocab_size=300, encoder_layers=3, decoder_layers=2)
     data = plot_architecture(tmp_path / "figure1.png", VanillaTransformerForConditionalGeneration(config))
     assert data["encoder"]["layer"] == ["Multi-Head Attention", "Add & Norm", "Feed Forward", "Add & Norm"]
-    assert data["decoder"]["layer"] == ["Masked Multi-Head Attention", "Add & Norm", "Multi-Head Attention (K, V: encoder)",
-                                        "Add & Norm", "Feed Forward", "Add & Norm"]  # fmt: skip
+    assert data["decoder"]["layer"] == [
+        "Masked Multi-Head Attention",
+        "Add & Norm",
+        "Multi-Head Attention (K, V: encoder)",
+        "Add & Norm",
+        "Feed Forward",
+        "Add & Norm",
+    ]
     assert (data["encoder"]["layers"], data["decoder"]["layers"]) == (3, 2)
     assert data["shared_output_matrix"] and not data["encoder"]["final_norm"]
-    assert {"3×", "2×", "Input Embedding × √d_model", "Positional Encoding", "Linear (= embedding matrixᵀ)"} <= set(data["texts"])
+    assert {"3×", "2×", "Input Embedding × √d_model", "Positional Encoding", "Linear (= embedding matrixᵀ)"} <= set(
+        data["texts"]
+    )
     assert data["texts"].count("Add & Norm") == 2 + 3  # every box of one layer of each stack is drawn
     assert_png(tmp_path / "figure1.png", min_height=900)
 
     # the deviations change the picture: pre-LN blocks and final norms, untied output layer, unscaled embeddings
-    config = VanillaTransformerConfig.base(vocab_size=300, encoder_layers=1, decoder_layers=1, norm_first=True,
-                                           tie_word_embeddings=False, scale_embedding=False,
-                                           position_embedding_type="learned")  # fmt: skip
+    config = VanillaTransformerConfig.base(
+        vocab_size=300,
+        encoder_layers=1,
+        decoder_layers=1,
+        norm_first=True,
+        tie_word_embeddings=False,
+        scale_embedding=False,
+        position_embedding_type="learned",
+    )
     data = plot_architecture(tmp_path / "variant.png", VanillaTransformerForConditionalGeneration(config))
     assert data["encoder"]["layer"] == ["Norm", "Multi-Head Attention", "Add", "Norm", "Feed Forward", "Add"]
     assert data["encoder"]["final_norm"] and data["decoder"]["final_norm"] and not data["shared_output_matrix"]
@@ -91,7 +105,9 @@ def test_positional_encoding_picture_shows_the_models_own_buffer(tmp_path, model
     assert data["dims"] and all(torch.equal(data["curves"][d], buffer[:50, d]) for d in data["dims"])
     assert_png(tmp_path / "pe.png")
     # past the stored table (64 rows here) the picture stops at the table
-    assert torch.equal(plot_positional_encoding(tmp_path / "pe2.png", model=model, num_positions=500)["encoding"], buffer)
+    assert torch.equal(
+        plot_positional_encoding(tmp_path / "pe2.png", model=model, num_positions=500)["encoding"], buffer
+    )
     # without a model: the module the model uses, at the paper's d_model
     default = plot_positional_encoding(tmp_path / "pe3.png")
     assert torch.equal(default["encoding"], sinusoidal_position_encoding(torch.arange(100), 512))
@@ -140,7 +156,10 @@ def test_learning_rate_curves_are_the_training_schedule(tmp_path):
 # ------------------------------------------------------------------ §5.4 label smoothing
 def test_label_smoothing_picture_is_the_target_of_the_models_loss(tmp_path, model):
     data = plot_label_smoothing(tmp_path / "ls.png", epsilon=0.1, vocab_size=1000)
-    small, large = (data["distribution"], len(data["tokens"]), data["gold"]), (data["large_distribution"], 1000, data["large_gold"])
+    small, large = (
+        (data["distribution"], len(data["tokens"]), data["gold"]),
+        (data["large_distribution"], 1000, data["large_gold"]),
+    )
     for q, vocab, gold in (small, large):
         assert q.sum().item() == pytest.approx(1.0, abs=1e-12)
         assert q[gold].item() == pytest.approx(1 - 0.1 + 0.1 / vocab, abs=1e-12)
@@ -185,16 +204,22 @@ def test_attention_maps_of_a_sentence_pair_with_the_real_tokens(tmp_path, model,
     assert model.config._attn_implementation == implementation  # eager only while drawing
 
     # chosen heads of the first layer
-    some = draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path / "some", target=TARGET, layer=0, heads=[1, 3])
+    some = draw_attention_maps(
+        model, sentence_tokenizer, SOURCE, tmp_path / "some", target=TARGET, layer=0, heads=[1, 3]
+    )
     assert some["encoder"].shape[0] == 2 and some["heads"]["encoder"] == [1, 3]
     assert_png(some["files"]["cross"], min_height=150)
 
 
 def test_attention_maps_of_the_models_own_translation(tmp_path, model, sentence_tokenizer):
-    maps = draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path, num_beams=1, generate_kwargs={"max_new_tokens": 6})
+    maps = draw_attention_maps(
+        model, sentence_tokenizer, SOURCE, tmp_path, num_beams=1, generate_kwargs={"max_new_tokens": 6}
+    )
     input_ids = torch.tensor([sentence_tokenizer(SOURCE)["input_ids"]])
     generated = model.generate(input_ids, num_beams=1, max_new_tokens=6)[0].tolist()
-    assert maps["generated"] and maps["decoder_input_tokens"] == sentence_tokenizer.convert_ids_to_tokens(generated[:-1])
+    assert maps["generated"] and maps["decoder_input_tokens"] == sentence_tokenizer.convert_ids_to_tokens(
+        generated[:-1]
+    )
     assert maps["output_tokens"] == sentence_tokenizer.convert_ids_to_tokens(generated[1:])
     assert maps["cross"].shape[1] == len(generated) - 1
     assert all(path.is_file() for path in maps["files"].values())
@@ -209,7 +234,9 @@ def test_one_kind_of_attention_for_chosen_heads(tmp_path, model, sentence_tokeni
     assert every["heads"] == [0, 2, 3] and torch.equal(every["weights"], maps["encoder"])
     with pytest.raises(ValueError, match=r"heads \[1\]: the maps hold the decoder's heads 0, 2, 3"):
         draw_attention(tmp_path / "x.png", maps, "decoder", heads=[1])
-    with pytest.raises(ValueError, match="'self' is not a kind of attention map; use one of 'encoder', 'decoder', 'cross'"):
+    with pytest.raises(
+        ValueError, match="'self' is not a kind of attention map; use one of 'encoder', 'decoder', 'cross'"
+    ):
         draw_attention(tmp_path / "x.png", maps, "self")
     assert not (tmp_path / "x.png").exists()
 
@@ -217,8 +244,14 @@ def test_one_kind_of_attention_for_chosen_heads(tmp_path, model, sentence_tokeni
 def test_masked_positions_get_no_attention_in_a_padded_batch(model):
     input_ids = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
     decoder_input_ids = torch.tensor([[1, 11, 12, 13], [1, 14, 0, 0]])
-    weights = attention_weights(model, input_ids, decoder_input_ids, attention_mask=(input_ids != 0).long(),
-                                decoder_attention_mask=(decoder_input_ids != 0).long(), layer=0)  # fmt: skip
+    weights = attention_weights(
+        model,
+        input_ids,
+        decoder_input_ids,
+        attention_mask=(input_ids != 0).long(),
+        decoder_attention_mask=(decoder_input_ids != 0).long(),
+        layer=0,
+    )
     assert weights["encoder"].shape == (2, 4, 5, 5) and weights["cross"].shape == (2, 4, 4, 5)
     for kind in ("encoder", "decoder", "cross"):
         rows = weights[kind].sum(-1)
@@ -230,10 +263,16 @@ def test_masked_positions_get_no_attention_in_a_padded_batch(model):
 
 @pytest.mark.parametrize(
     "layer, heads, message",
-    [(2, None, r"layer 2 does not exist.*2 layers.*0\.\.1"), (-3, None, r"layer -3 does not exist.*0\.\.1"),
-     (-1, [4], r"head 4 does not exist.*4 heads.*0\.\.3"), (0, [0, -5], r"head -5 does not exist.*0\.\.3")],
-)  # fmt: skip
-def test_a_layer_or_head_that_does_not_exist_is_a_clear_error(tmp_path, model, sentence_tokenizer, layer, heads, message):
+    [
+        (2, None, r"layer 2 does not exist.*2 layers.*0\.\.1"),
+        (-3, None, r"layer -3 does not exist.*0\.\.1"),
+        (-1, [4], r"head 4 does not exist.*4 heads.*0\.\.3"),
+        (0, [0, -5], r"head -5 does not exist.*0\.\.3"),
+    ],
+)
+def test_a_layer_or_head_that_does_not_exist_is_a_clear_error(
+    tmp_path, model, sentence_tokenizer, layer, heads, message
+):
     with pytest.raises(ValueError, match=message):
         draw_attention_maps(model, sentence_tokenizer, SOURCE, tmp_path, target=TARGET, layer=layer, heads=heads)
     assert not list(tmp_path.iterdir())  # nothing drawn

@@ -59,7 +59,9 @@ def dataset_description(config: Any) -> dict[str, str | None]:
     Raises:
         ValueError: the folder's :data:`DATASET_CARD` is not a JSON object of the known fields, with a title.
     """
-    source = Path(str(config.train_file)).parent if getattr(config, "train_file", None) else Path(str(config.dataset_name))
+    source = (
+        Path(str(config.train_file)).parent if getattr(config, "train_file", None) else Path(str(config.dataset_name))
+    )
     path = source / DATASET_CARD
     if path.is_file():
         described = json.loads(path.read_text(encoding="utf-8"))
@@ -70,8 +72,14 @@ def dataset_description(config: Any) -> dict[str, str | None]:
                 f"{f'; unknown: {sorted(unknown)}' if unknown else ''}. Fix the file or remove it."
             )
         return {field: described.get(field) for field in _DATASET_FIELDS}
-    return {"hub_id": None, "title": f"`{config.dataset_name}`", "about": None, "licence": "see the data's own terms",
-            "caveat": None, "citation": None}  # fmt: skip
+    return {
+        "hub_id": None,
+        "title": f"`{config.dataset_name}`",
+        "about": None,
+        "licence": "see the data's own terms",
+        "caveat": None,
+        "citation": None,
+    }
 
 
 def architecture_table(model_config: Any) -> str:
@@ -80,12 +88,25 @@ def architecture_table(model_config: Any) -> str:
     norm = "pre-LN (deviation)" if model_config.norm_first else "post-LN, as in the paper"
     positions = "learned (deviation)" if model_config.position_embedding_type == "learned" else "sinusoidal (§3.5)"
     scaled = "scaled by √d_model (§3.4)" if model_config.scale_embedding else "not scaled (deviation)"
-    shared = "one matrix for source, target and output layer (§3.4)" if model_config.tie_word_embeddings else "separate matrices (deviation)"
+    shared = (
+        "one matrix for source, target and output layer (§3.4)"
+        if model_config.tie_word_embeddings
+        else "separate matrices (deviation)"
+    )
     head_dim = getattr(model_config, "head_dim", None)  # d_k = d_v; None or d_model / heads: the paper's (no row)
-    papers = {model_config.d_model // model_config.encoder_attention_heads, model_config.d_model // model_config.decoder_attention_heads}
+    papers = {
+        model_config.d_model // model_config.encoder_attention_heads,
+        model_config.d_model // model_config.decoder_attention_heads,
+    }
     differs = head_dim is not None and {head_dim} != papers
-    head_size = f"| head size d_k = d_v | {head_dim} (set with head_dim; the paper's is d_model / heads) |\n" if differs else ""
-    biases = "| attention projections | with biases (attention_bias; deviation) |\n" if getattr(model_config, "attention_bias", False) else ""
+    head_size = (
+        f"| head size d_k = d_v | {head_dim} (set with head_dim; the paper's is d_model / heads) |\n" if differs else ""
+    )
+    biases = (
+        "| attention projections | with biases (attention_bias; deviation) |\n"
+        if getattr(model_config, "attention_bias", False)
+        else ""
+    )
     return (
         f"| d_model | {model_config.d_model} |\n"
         f"| layers (encoder + decoder) | {model_config.encoder_layers} + {model_config.decoder_layers} |\n"
@@ -197,7 +218,10 @@ def build_model_card(
     provenance_text = f"{measured_by}; every score and training statistic below is read from that command's results."
     if provenance:
         provenance_text += "\n\n" + "\n".join(provenance)
-    stats = [f"{summary['step']} optimizer steps" + (f" (stopped by `{summary['stop_reason']}`)" if summary.get("stop_reason") else "")]
+    stats = [
+        f"{summary['step']} optimizer steps"
+        + (f" (stopped by `{summary['stop_reason']}`)" if summary.get("stop_reason") else "")
+    ]
     if "target_tokens" in summary:
         stats.append(f"{summary['target_tokens']:,} target tokens")
     if "loop_seconds" in summary:
@@ -212,8 +236,10 @@ def build_model_card(
     if "valid_loss" in summary:
         valid = f"\n- At the last validation: loss {summary['valid_loss']:.3f}, perplexity {summary['valid_ppl']:.2f}"
         if "valid_bleu" in summary:
-            valid += (f", sacreBLEU {summary['valid_bleu']:.2f} on up to the first {config.eval_bleu_sentences} "
-                      f"`{config.validation_split}` sentences")  # fmt: skip
+            valid += (
+                f", sacreBLEU {summary['valid_bleu']:.2f} on up to the first {config.eval_bleu_sentences} "
+                f"`{config.validation_split}` sentences"
+            )
     dropped = ""
     if summary.get("dropped"):
         dropped = "\n- Pairs dropped (empty or longer than max_length): " + ", ".join(
@@ -227,7 +253,9 @@ def build_model_card(
         n_sentences = f"{test['n']} sentences of"
     else:
         scores, n_sentences = "| (no test split was scored) | |", "no sentences of"
-    budget = f"{config.max_steps:,} steps" + (f" or {config.max_minutes:g} minutes, whichever comes first" if config.max_minutes else "")
+    budget = f"{config.max_steps:,} steps" + (
+        f" or {config.max_minutes:g} minutes, whichever comes first" if config.max_minutes else ""
+    )
     n = summary.get("processes", 1)  # results written before it was recorded: one process
     processes = "1 process" if n == 1 else f"{n} data-parallel processes"
     clipping = f"gradient clipping at norm {config.max_grad_norm}" if config.max_grad_norm else "no gradient clipping"

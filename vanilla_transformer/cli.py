@@ -29,15 +29,20 @@ def train_command(args: argparse.Namespace) -> int:
 
     values = {field.name: getattr(args, field.name) for field in dataclasses.fields(TrainConfig)}
     if isinstance(values["push_to_hub"], str):  # --push_to_hub REPO, as it once was
-        print("vanilla-transformer: --push_to_hub REPO is an old spelling of --push_to_hub --hub_model_id REPO; it "
-              "still works, but use the latter.", file=sys.stderr)  # fmt: skip
+        print(
+            "vanilla-transformer: --push_to_hub REPO is an old spelling of --push_to_hub --hub_model_id REPO; it "
+            "still works, but use the latter.",
+            file=sys.stderr,
+        )
         values["hub_model_id"], values["push_to_hub"] = values["push_to_hub"], True
     summary = train(TrainConfig(**values))
     if "final_dir" not in summary:  # not the main process: it saves and scores nothing
         return 0
-    print(f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens in "
-          f"{summary['loop_seconds'] / 60:.1f} min ({summary['stop_reason']}); "
-          f"averaged {len(summary['averaged_checkpoints'])} checkpoints; saved {summary['final_dir']}")  # fmt: skip
+    print(
+        f"trained {summary['step']} steps, {summary['target_tokens']:,} target tokens in "
+        f"{summary['loop_seconds'] / 60:.1f} min ({summary['stop_reason']}); "
+        f"averaged {len(summary['averaged_checkpoints'])} checkpoints; saved {summary['final_dir']}"
+    )
     if "test" in summary:
         test = summary["test"]
         print(f"test ({test['n']} sentences, beam search): sacreBLEU {test['bleu']:.2f}  {test['bleu_signature']}")
@@ -88,9 +93,15 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     sources, references = read_text_lines(args.source), read_text_lines(args.reference)  # before loading the model
     result = evaluate_translator(
-        _engine(args), sources, references, hypotheses_path=args.output, num_beams=args.num_beams,
-        length_penalty=args.length_penalty, batch_size=args.batch_size, progress=True,
-    )  # fmt: skip
+        _engine(args),
+        sources,
+        references,
+        hypotheses_path=args.output,
+        num_beams=args.num_beams,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        progress=True,
+    )
     print(f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}")
     print(f"chrF {result['chrf']:.2f}  {result['chrf_signature']}")
     return 0
@@ -102,8 +113,14 @@ def translate_command(args: argparse.Namespace) -> int:
     translator = _engine(args)
     batches = [args.text] if args.text else _line_batches(sys.stdin, args.batch_size)
     for texts in batches:  # one output line per input line, printed as soon as its batch is translated
-        translations = translate_with(translator, texts, num_beams=args.num_beams, length_penalty=args.length_penalty,
-                                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)  # fmt: skip
+        translations = translate_with(
+            translator,
+            texts,
+            num_beams=args.num_beams,
+            length_penalty=args.length_penalty,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+        )
         for line in translations:
             print(" ".join(line.splitlines()))  # a line break inside a translation would shift every later line
         sys.stdout.flush()
@@ -164,8 +181,13 @@ def _input_waiting(fd: int) -> bool:
 def export_command(args: argparse.Namespace) -> int:
     from .deployment import export_ctranslate2
 
-    folder = export_ctranslate2(args.model_name_or_path, args.output_dir, quantization=args.quantization,
-                                max_positions=args.max_positions, force=args.force)  # fmt: skip
+    folder = export_ctranslate2(
+        args.model_name_or_path,
+        args.output_dir,
+        quantization=args.quantization,
+        max_positions=args.max_positions,
+        force=args.force,
+    )
     print(f"exported {args.model_name_or_path} to {folder} (CTranslate2, {args.quantization})")
     return 0
 
@@ -178,10 +200,19 @@ def visualize_command(args: argparse.Namespace) -> int:
         raise ValueError("--model_name_or_path needs --source (the sentence whose attention maps are drawn).")
     model = tokenizer = None
     if args.model_name_or_path is not None:
-        model, tokenizer = load_model_and_tokenizer(args.model_name_or_path, attn_implementation="eager",
-                                                    device=args.device or "cpu")  # fmt: skip
-    paths = draw_all(args.output_dir, model, tokenizer, source=args.source, target=args.target, layer=args.layer,
-                     heads=args.heads, num_beams=args.num_beams)  # fmt: skip
+        model, tokenizer = load_model_and_tokenizer(
+            args.model_name_or_path, attn_implementation="eager", device=args.device or "cpu"
+        )
+    paths = draw_all(
+        args.output_dir,
+        model,
+        tokenizer,
+        source=args.source,
+        target=args.target,
+        layer=args.layer,
+        heads=args.heads,
+        num_beams=args.num_beams,
+    )
     for path in paths:
         print(path)
     return 0
@@ -207,7 +238,10 @@ class _OldSpelling(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         value = self.const if self.nargs == 0 else values
         new, value = self.convert(value) if self.convert else (self.new, value)
-        print(f"{parser.prog}: {option_string} is an old spelling of {new}; it still works, but use {new}.", file=sys.stderr)
+        print(
+            f"{parser.prog}: {option_string} is an old spelling of {new}; it still works, but use {new}.",
+            file=sys.stderr,
+        )
         setattr(namespace, new.lstrip("-").replace("-", "_"), value)
 
 
@@ -219,8 +253,15 @@ def _option(parser: argparse.ArgumentParser, name: str, *old: str, **kwargs: Any
     target.add_argument(*spellings, dest=name, required=required and not old, **kwargs)
     for spelling in old:
         flag = kwargs.get("action") in ("store_true", "store_false")
-        target.add_argument(f"--{spelling}", action=_OldSpelling, new=f"--{name}", dest=name, nargs=0 if flag else None,
-                            const=kwargs.get("action") == "store_true" if flag else None, type=kwargs.get("type"))  # fmt: skip
+        target.add_argument(
+            f"--{spelling}",
+            action=_OldSpelling,
+            new=f"--{name}",
+            dest=name,
+            nargs=0 if flag else None,
+            const=kwargs.get("action") == "store_true" if flag else None,
+            type=kwargs.get("type"),
+        )
 
 
 def _train_option_spellings(parser: argparse.ArgumentParser) -> None:
@@ -231,11 +272,25 @@ def _train_option_spellings(parser: argparse.ArgumentParser) -> None:
         target = parser._option_string_actions[f"--{new}"]
         flag = old in ("resume", "cpu", "progress")
         for spelling in {f"--{old}", f"--{old.replace('_', '-')}"}:
-            parser.add_argument(spelling, action=_OldSpelling, new=f"--{new}", dest=new, nargs=0 if flag else None,
-                                const=True if flag else None, type=None if flag else target.type,
-                                convert=(lambda value, n=new, c=convert: (f"--{n}", c(value))) if convert else None)  # fmt: skip
-    parser.add_argument("--no-progress", "--no_progress", action=_OldSpelling, new="--disable_tqdm", dest="disable_tqdm",
-                        nargs=0, const=True)  # fmt: skip
+            parser.add_argument(
+                spelling,
+                action=_OldSpelling,
+                new=f"--{new}",
+                dest=new,
+                nargs=0 if flag else None,
+                const=True if flag else None,
+                type=None if flag else target.type,
+                convert=(lambda value, n=new, c=convert: (f"--{n}", c(value))) if convert else None,
+            )
+    parser.add_argument(
+        "--no-progress",
+        "--no_progress",
+        action=_OldSpelling,
+        new="--disable_tqdm",
+        dest="disable_tqdm",
+        nargs=0,
+        const=True,
+    )
 
     def settings_or_folder(value: str) -> tuple[str, Any]:  # `train --model` once took JSON; now a folder, as elsewhere
         if value.lstrip().startswith("{"):
@@ -246,8 +301,9 @@ def _train_option_spellings(parser: argparse.ArgumentParser) -> None:
         return "--model_name_or_path", value
 
     for spelling in ("--model", "--model-json", "--model_json"):
-        parser.add_argument(spelling, action=_OldSpelling, new="--config_overrides", dest="config_overrides",
-                            convert=settings_or_folder)  # fmt: skip
+        parser.add_argument(
+            spelling, action=_OldSpelling, new="--config_overrides", dest="config_overrides", convert=settings_or_folder
+        )
 
 
 def _bool_or_repository(value: str) -> bool | str:
@@ -273,65 +329,124 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
     resume.nargs, resume.const = "?", "latest"  # alone: the newest checkpoint of the run
     options._option_string_actions["--push_to_hub"].type = _bool_or_repository
     p = commands.add_parser(
-        "train", parents=[options], formatter_class=formatter,
+        "train",
+        parents=[options],
+        formatter_class=formatter,
         help="train a translation model (the paper's recipe, on Accelerate)",
         description="Train a translation model with the paper's recipe, on Accelerate (one CPU, one GPU or many). "
         "The options below can also come from a YAML or JSON file (--config); those given here win over it.",
-    )  # fmt: skip
-    p.add_argument("--config", metavar="FILE", help="YAML or JSON file of these options; options given here win over it")
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="YAML or JSON file of these options; options given here win over it"
+    )
     # HfArgumentParser gives --config_overrides its field's type, dict[str, Any], which cannot read text: it is JSON.
     p.register("type", dict[str, Any], _json_settings)
     _train_option_spellings(p)
     p.set_defaults(func=train_command, **(train_defaults or {}))
 
     model_help = "a saved model folder (model + tokenizer), e.g. RUN/final of `train`"
-    p = commands.add_parser("average", formatter_class=formatter, help="average the weights of several checkpoints (§6.1)",
-                            description="Average the weights of checkpoints of one run (§6.1: the last 5) into a "
-                            "folder that translates like any saved model.")  # fmt: skip
-    p.add_argument("checkpoints", nargs="+", help="checkpoint folders (holding model.safetensors), e.g. RUN/checkpoints/*")
-    _option(p, "model_name_or_path", "model", required=True,
-            help="a saved model folder of the same run (e.g. RUN/final): its configuration, generation settings and "
-            "tokenizer go with the averaged weights")  # fmt: skip
+    p = commands.add_parser(
+        "average",
+        formatter_class=formatter,
+        help="average the weights of several checkpoints (§6.1)",
+        description="Average the weights of checkpoints of one run (§6.1: the last 5) into a "
+        "folder that translates like any saved model.",
+    )
+    p.add_argument(
+        "checkpoints", nargs="+", help="checkpoint folders (holding model.safetensors), e.g. RUN/checkpoints/*"
+    )
+    _option(
+        p,
+        "model_name_or_path",
+        "model",
+        required=True,
+        help="a saved model folder of the same run (e.g. RUN/final): its configuration, generation settings and "
+        "tokenizer go with the averaged weights",
+    )
     _option(p, "output_dir", required=True, help="folder of the averaged model")
     p.set_defaults(func=average_command)
 
-    for name, helptext in (("evaluate", "translate a test set and score it (sacreBLEU, chrF)"),
-                           ("translate", "translate sentences given as arguments, or each line of standard input")):  # fmt: skip
-        p = commands.add_parser(name, formatter_class=formatter, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        _option(p, "model_name_or_path", "model", required=True,
-                help=f"{model_help}; with --engine ctranslate2, a folder written by `export`")  # fmt: skip
-        _option(p, "num_beams", type=int, default=None, help="beam size; none: the model's generation config (paper: 4)")
-        _option(p, "length_penalty", type=float, default=None,
-                help="α of beam search's length penalty, log P / length**α; none: the model's (paper: 0.6)")  # fmt: skip
+    for name, helptext in (
+        ("evaluate", "translate a test set and score it (sacreBLEU, chrF)"),
+        ("translate", "translate sentences given as arguments, or each line of standard input"),
+    ):
+        p = commands.add_parser(
+            name, formatter_class=formatter, help=helptext, description=helptext[0].upper() + helptext[1:] + "."
+        )
+        _option(
+            p,
+            "model_name_or_path",
+            "model",
+            required=True,
+            help=f"{model_help}; with --engine ctranslate2, a folder written by `export`",
+        )
+        _option(
+            p, "num_beams", type=int, default=None, help="beam size; none: the model's generation config (paper: 4)"
+        )
+        _option(
+            p,
+            "length_penalty",
+            type=float,
+            default=None,
+            help="α of beam search's length penalty, log P / length**α; none: the model's (paper: 0.6)",
+        )
         _option(p, "batch_size", type=int, default=32, help="sentences translated together")
         _option(p, "device", default=None, help="cpu, cuda, cuda:1, ...; none: the GPU if there is one, else the CPU")
-        _option(p, "engine", choices=["transformers", "ctranslate2"], default="transformers",
-                help="transformers (a saved model folder) or ctranslate2 (a folder written by `export`)")  # fmt: skip
+        _option(
+            p,
+            "engine",
+            choices=["transformers", "ctranslate2"],
+            default="transformers",
+            help="transformers (a saved model folder) or ctranslate2 (a folder written by `export`)",
+        )
         if name == "evaluate":
             _option(p, "source", required=True, help="text file of source sentences, one per line (UTF-8; .gz too)")
             _option(p, "reference", required=True, help="text file of their reference translations, line by line")
             _option(p, "output", default=None, help="write the translations to this file, one per line")
             p.set_defaults(func=evaluate_command)
         else:
-            _option(p, "max_new_tokens", type=int, default=None,
-                    help="longest translation in tokens; none: the model's (paper: source length + 50)")  # fmt: skip
-            p.add_argument("text", nargs="*", help="sentences to translate; none: each line of standard input, "
-                           "one output line per input line (a blank line gives a blank line)")  # fmt: skip
+            _option(
+                p,
+                "max_new_tokens",
+                type=int,
+                default=None,
+                help="longest translation in tokens; none: the model's (paper: source length + 50)",
+            )
+            p.add_argument(
+                "text",
+                nargs="*",
+                help="sentences to translate; none: each line of standard input, "
+                "one output line per input line (a blank line gives a blank line)",
+            )
             p.set_defaults(func=translate_command)
 
-    p = commands.add_parser("export", formatter_class=formatter, help="export a saved model to CTranslate2, a faster inference engine")
+    p = commands.add_parser(
+        "export", formatter_class=formatter, help="export a saved model to CTranslate2, a faster inference engine"
+    )
     _option(p, "model_name_or_path", "model", required=True, help=model_help)
-    _option(p, "output_dir", required=True, help="folder of the export (translate --engine ctranslate2 --model_name_or_path DIR)")
-    _option(p, "quantization", choices=QUANTIZATIONS, default="float32",
-            help="type of the exported weights")  # fmt: skip
-    _option(p, "max_positions", type=int, default=None,
-            help="longest source and output, in tokens, the export accepts; none: the model's "
-            "max_position_embeddings, at least 1024 for sinusoids")  # fmt: skip
+    _option(
+        p,
+        "output_dir",
+        required=True,
+        help="folder of the export (translate --engine ctranslate2 --model_name_or_path DIR)",
+    )
+    _option(p, "quantization", choices=QUANTIZATIONS, default="float32", help="type of the exported weights")
+    _option(
+        p,
+        "max_positions",
+        type=int,
+        default=None,
+        help="longest source and output, in tokens, the export accepts; none: the model's "
+        "max_position_embeddings, at least 1024 for sinusoids",
+    )
     _option(p, "force", action="store_true", help="replace --output_dir if it exists")
     p.set_defaults(func=export_command)
 
-    p = commands.add_parser("visualize", formatter_class=formatter,
-                            help="draw the paper's pictures from the real code (and attention maps of a model)")  # fmt: skip
+    p = commands.add_parser(
+        "visualize",
+        formatter_class=formatter,
+        help="draw the paper's pictures from the real code (and attention maps of a model)",
+    )
     _option(p, "output_dir", required=True, help="folder for the PNG files")
     _option(p, "model_name_or_path", "model", default=None, help=f"{model_help}: adds its attention maps")
     _option(p, "source", default=None, help="source sentence of the attention maps (with --model_name_or_path)")
@@ -343,12 +458,13 @@ def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.Argum
     p.set_defaults(func=visualize_command)
 
     p = commands.add_parser(
-        "explore", formatter_class=formatter,
+        "explore",
+        formatter_class=formatter,
         help="look inside a trained translator in the browser: translations, beam candidates, attention",
         description="Serve the attention explorer, a Gradio app, for a saved model: type a sentence, see its "
         "translation, beam search's candidates with their scores, and the attention of each layer and head. "
         "Needs gradio: pip install -e '.[app]' in a clone. Stop it with Ctrl-C.",
-    )  # fmt: skip
+    )
     _option(p, "model_name_or_path", "model", required=True, help=model_help)
     _option(p, "port", type=int, default=None, help="port to serve on; none: the first free one from 7860")
     _option(p, "host", default="127.0.0.1", help="address to serve on (127.0.0.1: this machine only)")

@@ -26,7 +26,6 @@ One more switch is not a deviation but a variation in the manner of the paper's 
   d_v = 64, its 58M / 60M parameters; ``head_dim`` sets d_k and d_v together.)
 """
 
-
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -140,18 +139,30 @@ class VanillaTransformerConfig(PreTrainedConfig):
     def base(cls, **overrides) -> "VanillaTransformerConfig":
         """Transformer (base): N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (Table 3)."""
         values = dict(
-            d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-            decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, dropout=0.1,
-        )  # fmt: skip
+            d_model=512,
+            encoder_layers=6,
+            decoder_layers=6,
+            encoder_attention_heads=8,
+            decoder_attention_heads=8,
+            encoder_ffn_dim=2048,
+            decoder_ffn_dim=2048,
+            dropout=0.1,
+        )
         return cls(**{**values, **overrides})
 
     @classmethod
     def big(cls, **overrides) -> "VanillaTransformerConfig":
         """Transformer (big): N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (Table 3)."""
         values = dict(
-            d_model=1024, encoder_layers=6, decoder_layers=6, encoder_attention_heads=16,
-            decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, dropout=0.3,
-        )  # fmt: skip
+            d_model=1024,
+            encoder_layers=6,
+            decoder_layers=6,
+            encoder_attention_heads=16,
+            decoder_attention_heads=16,
+            encoder_ffn_dim=4096,
+            decoder_ffn_dim=4096,
+            dropout=0.3,
+        )
         return cls(**{**values, **overrides})
 
     # ------------------------------------------------------------------ validation
@@ -164,9 +175,16 @@ class VanillaTransformerConfig(PreTrainedConfig):
             )
 
         sizes = (
-            "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-            "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
-        )  # fmt: skip
+            "vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "max_position_embeddings",
+        )
         for field in sizes:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool):
@@ -215,7 +233,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     "Use the tokenizer's id for this token and a vocab_size at least len(tokenizer).",
                 )
         if self.pad_token_id is None:
-            fail("pad_token_id", "the model pads batches and shifts labels with it", "Set it to the tokenizer's pad id.")
+            fail(
+                "pad_token_id", "the model pads batches and shifts labels with it", "Set it to the tokenizer's pad id."
+            )
         if self.decoder_start_token_id is None:
             fail(
                 "decoder_start_token_id",

@@ -695,7 +695,9 @@ def collate_pairs(
 ) -> dict[str, torch.Tensor]:
     """The padded batch of pairs ``indices``; without ``attention_mask`` when no source is padded (known here, on
     the host, so that the model need not read the mask back from the device to skip it)."""
-    batch = collate_batch([{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], pad_token_id=pad_token_id)
+    batch = collate_batch(
+        [{"input_ids": input_ids[i], "labels": labels[i]} for i in indices], pad_token_id=pad_token_id
+    )
     if len({len(input_ids[i]) for i in indices}) == 1:
         del batch["attention_mask"]
     return batch

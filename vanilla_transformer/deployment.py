@@ -59,7 +59,6 @@ from .loading import load_model_and_tokenizer, load_tokenizer
 from .modeling_vanilla_transformer import sinusoidal_position_encoding
 from .tokenization import check_source_lengths
 
-
 logger = logging.get_logger(__name__)
 
 try:  # optional: pip install -e '.[ctranslate2]'
@@ -104,9 +103,13 @@ _EXPORTED_FIELDS = {
     "unk_token_id": "TransformerConfig(unk_token)",
     "decoder_start_token_id": "TransformerConfig(decoder_start_token)",
     # inference does not use these
-    "dropout": None, "attention_dropout": None, "activation_dropout": None, "init_std": None,
-    "use_cache": None, "is_encoder_decoder": None,
-}  # fmt: skip
+    "dropout": None,
+    "attention_dropout": None,
+    "activation_dropout": None,
+    "init_std": None,
+    "use_cache": None,
+    "is_encoder_decoder": None,
+}
 
 
 def require_ctranslate2() -> None:
@@ -122,9 +125,11 @@ def unexportable_fields(config: VanillaTransformerConfig) -> list[str]:
     return sorted(
         f"{name}={value!r}"
         for name, value in config.to_diff_dict().items()
-        if name not in _EXPORTED_FIELDS and name not in generic and not name.startswith("_")
+        if name not in _EXPORTED_FIELDS
+        and name not in generic
+        and not name.startswith("_")
         and name not in ("auto_map", "custom_pipelines", "model_type", "transformers_version", "architectures")
-    )  # fmt: skip
+    )
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:
@@ -143,23 +148,35 @@ class VanillaTransformerConverter(Converter):
     def _load(self):
         config = self.model.config
         encoder = transformer_spec.TransformerEncoderSpec(
-            config.encoder_layers, config.encoder_attention_heads, pre_norm=config.norm_first,
-            activation=common_spec.Activation.RELU, head_dim=config.head_dim,
-        )  # fmt: skip
+            config.encoder_layers,
+            config.encoder_attention_heads,
+            pre_norm=config.norm_first,
+            activation=common_spec.Activation.RELU,
+            head_dim=config.head_dim,
+        )
         decoder = transformer_spec.TransformerDecoderSpec(
-            config.decoder_layers, config.decoder_attention_heads, pre_norm=config.norm_first,
-            activation=common_spec.Activation.RELU, head_dim=config.head_dim,
-        )  # fmt: skip
+            config.decoder_layers,
+            config.decoder_attention_heads,
+            pre_norm=config.norm_first,
+            activation=common_spec.Activation.RELU,
+            head_dim=config.head_dim,
+        )
         spec = transformer_spec.TransformerSpec(encoder, decoder)
         model = self.model.model
         self._set_stack(spec.encoder, model.encoder, spec.encoder.embeddings[0])
         self._set_stack(spec.decoder, model.decoder, spec.decoder.embeddings)
         for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
-            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, self_attention=True)
+            self._set_attention(
+                layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, self_attention=True
+            )
             self._set_ffn(layer_spec.ffn, layer)
         for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
-            self._set_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, self_attention=True)
-            self._set_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm, self_attention=False)
+            self._set_attention(
+                layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm, self_attention=True
+            )
+            self._set_attention(
+                layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm, self_attention=False
+            )
             self._set_ffn(layer_spec.ffn, layer)
         spec.decoder.projection.weight = _array(self.model.lm_head.weight)  # tied: an alias of the embedding
 
@@ -320,7 +337,9 @@ class CTranslate2Translator:
                 if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
                 else "give the folder that `vanilla-transformer export` wrote"
             )
-            raise ValueError(f"{str(folder)!r} is not a CTranslate2 export ({EXPORT_FILE} or model.bin is missing): {hint}.")
+            raise ValueError(
+                f"{str(folder)!r} is not a CTranslate2 export ({EXPORT_FILE} or model.bin is missing): {hint}."
+            )
         self.folder = folder
         self.info = json.loads((folder / EXPORT_FILE).read_text(encoding="utf-8"))
         self.tokenizer = load_tokenizer(folder / TOKENIZER_FOLDER)
@@ -334,9 +353,11 @@ class CTranslate2Translator:
     def _limits(self, lengths: list[int], max_new_tokens: int | None) -> list[int]:
         """Tokens each output may have, ``</s>`` included; refuses what the position table cannot hold."""
         check_source_lengths(
-            lengths, self.max_positions, table=f"this export's position table ({self.max_positions} positions)",
+            lengths,
+            self.max_positions,
+            table=f"this export's position table ({self.max_positions} positions)",
             fix="or export again with a larger --max-positions",
-        )  # fmt: skip
+        )
         if max_new_tokens is not None:
             limits = [int(max_new_tokens)] * len(lengths)
         else:
@@ -377,7 +398,11 @@ class CTranslate2Translator:
         config = self.generation_config
         # transformers' own defaults where the export's generation config leaves a setting unset
         num_beams = int(num_beams if num_beams is not None else (config.num_beams or 1))
-        length_penalty = float(length_penalty if length_penalty is not None else (config.length_penalty if config.length_penalty is not None else 1.0))
+        length_penalty = float(
+            length_penalty
+            if length_penalty is not None
+            else (config.length_penalty if config.length_penalty is not None else 1.0)
+        )
         if getattr(config, "length_penalty_form", None) == "gnmt" and num_beams > 1 and length_penalty:
             logger.warning_once(
                 "The export's generation_config.json asks for GNMT's length penalty ((5 + |Y|) / 6)^α, which CTranslate2 "

@@ -28,7 +28,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["DELAY_POINTS", "DELAYS_VARIABLE", "MainProcessFailed", "agree", "any_process", "on_main_process", "sum_over_processes", "test_delay"]
+__all__ = [
+    "DELAY_POINTS",
+    "DELAYS_VARIABLE",
+    "MainProcessFailed",
+    "agree",
+    "any_process",
+    "on_main_process",
+    "sum_over_processes",
+    "test_delay",
+]
 
 T = TypeVar("T")
 
@@ -60,7 +69,9 @@ def _parse_delays(text: str) -> dict[tuple[str, int], float]:
                 f"e.g. 'tokenizer:1=2,save:0=0.5'."
             ) from None
         if point.strip() not in DELAY_POINTS:
-            raise ValueError(f"{DELAYS_VARIABLE}: unknown point {point.strip()!r}; the points are {', '.join(DELAY_POINTS)}.")
+            raise ValueError(
+                f"{DELAYS_VARIABLE}: unknown point {point.strip()!r}; the points are {', '.join(DELAY_POINTS)}."
+            )
     return delays
 
 

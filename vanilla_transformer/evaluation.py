@@ -169,9 +169,22 @@ def translate(
             than ``config.max_position_embeddings``. (With learned positions, an *output* longer than
             that limit is refused by the model during generation; sinusoidal positions have no limit.)
     """
-    return _translate_filled(texts, lambda filled: _generate_translations(
-        model, tokenizer, filled, batch_size, max_tokens, num_beams, length_penalty, max_new_tokens, device, dtype, progress
-    ))  # fmt: skip
+    return _translate_filled(
+        texts,
+        lambda filled: _generate_translations(
+            model,
+            tokenizer,
+            filled,
+            batch_size,
+            max_tokens,
+            num_beams,
+            length_penalty,
+            max_new_tokens,
+            device,
+            dtype,
+            progress,
+        ),
+    )
 
 
 def _translate_filled(texts: Any, run: Callable[[list[str]], list[str]]) -> list[str]:
@@ -206,10 +219,11 @@ def _generate_translations(
     lengths = [len(ids) for ids in encoded]
     if getattr(config, "position_embedding_type", None) == "learned":
         check_source_lengths(
-            lengths, config.max_position_embeddings,
+            lengths,
+            config.max_position_embeddings,
             table=f"this model's learned position table (max_position_embeddings={config.max_position_embeddings})",
             fix="sinusoidal positions, the paper's default, have no such limit",
-        )  # fmt: skip
+        )
 
     if device is not None:
         model.to(device)
@@ -321,10 +335,18 @@ class TransformersTranslator:
         progress: bool = False,
     ) -> list[str]:
         return translate(
-            self.model, self.tokenizer, texts, batch_size=batch_size, max_tokens=self.max_tokens, num_beams=num_beams,
-            length_penalty=length_penalty, max_new_tokens=max_new_tokens, device=self.device, dtype=self.dtype,
+            self.model,
+            self.tokenizer,
+            texts,
+            batch_size=batch_size,
+            max_tokens=self.max_tokens,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            max_new_tokens=max_new_tokens,
+            device=self.device,
+            dtype=self.dtype,
             progress=progress,
-        )  # fmt: skip
+        )
 
 
 def translate_with(translator: Translator, texts: list[str], **options: Any) -> list[str]:
@@ -453,10 +475,14 @@ def loss_sums(
     the training loop's dict in which the loss keeps its logits from forward to backward (``loss_workspace``)."""
     with input_values_checked():  # the ids come from a tokenizer checked against the model: no range check
         out = model(
-            input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), labels=batch["labels"],
-            smoothing=label_smoothing, skip_logits=True, num_items_in_batch=1,  # 1: sums, not means
+            input_ids=batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            labels=batch["labels"],
+            smoothing=label_smoothing,
+            skip_logits=True,
+            num_items_in_batch=1,  # 1: sums, not means
             loss_workspace=workspace,
-        )  # fmt: skip
+        )
     return out.loss, out.nll_loss
 
 
@@ -483,14 +509,22 @@ def perplexity(
         "target_tokens"}``, per target token (``</s>`` included).
     """
     if accelerator is not None:
-        replicas, rank, device, autocast = (accelerator.num_processes, accelerator.process_index,
-                                            accelerator.device, accelerator.autocast)  # fmt: skip
+        replicas, rank, device, autocast = (
+            accelerator.num_processes,
+            accelerator.process_index,
+            accelerator.device,
+            accelerator.autocast,
+        )
     else:
         replicas, rank, device, autocast = 1, 0, next(model.parameters()).device, contextlib.nullcontext
     sampler = TokenBucketBatchSampler(
-        list(zip(map(len, input_ids), map(len, labels))), max_tokens=max_tokens, shuffle=False,
-        num_replicas=replicas, rank=rank, drop_last=False,
-    )  # fmt: skip
+        list(zip(map(len, input_ids), map(len, labels))),
+        max_tokens=max_tokens,
+        shuffle=False,
+        num_replicas=replicas,
+        rank=rank,
+        drop_last=False,
+    )
     totals = torch.zeros(3, device=device, dtype=torch.float64)  # smoothed, nll, tokens
     was_training = model.training
     model.eval()

@@ -66,8 +66,10 @@ KIND_NAMES = {
 }
 ALL_HEADS = "all"
 INSTALL = "pip install -e '.[app]' in a clone of this package (or pip install 'gradio>=6,<7' matplotlib)"
-MODEL_HINT = ("Give the folder that `vanilla-transformer train` saved (RUN/final), or any folder where "
-              "save_pretrained wrote a model and its tokenizer.")  # fmt: skip
+MODEL_HINT = (
+    "Give the folder that `vanilla-transformer train` saved (RUN/final), or any folder where "
+    "save_pretrained wrote a model and its tokenizer."
+)
 
 
 def require_gradio():
@@ -141,14 +143,24 @@ def translate_candidates(
     try:
         with torch.inference_mode():
             output = model.generate(
-                input_ids, attention_mask=torch.ones_like(input_ids), num_beams=beams, num_return_sequences=count,
-                output_scores=True, output_logits=True, return_dict_in_generate=True, **generate_kwargs,
-            )  # fmt: skip
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                num_beams=beams,
+                num_return_sequences=count,
+                output_scores=True,
+                output_logits=True,
+                return_dict_in_generate=True,
+                **generate_kwargs,
+            )
             # Log-probabilities of the chosen tokens under the model: log-softmax of its raw logits. (Beam
             # search's `scores` are these before the logits processors; greedy search's are processed logits.)
-            token_scores = model.compute_transition_scores(
-                output.sequences, output.logits, getattr(output, "beam_indices", None), normalize_logits=True
-            ).float().cpu()
+            token_scores = (
+                model.compute_transition_scores(
+                    output.sequences, output.logits, getattr(output, "beam_indices", None), normalize_logits=True
+                )
+                .float()
+                .cpu()
+            )
     finally:
         model.train(was_training)
     sequences = output.sequences[:, 1:].cpu()  # without the decoder start token
@@ -163,15 +175,17 @@ def translate_candidates(
             score = float(output.sequences_scores[row])
         else:
             score = log_probability
-        candidates.append({
-            "text": tokenizer.decode(ids, skip_special_tokens=True),
-            "score": score,
-            "log_probability": log_probability,
-            "length": length,
-            "token_ids": ids,
-            "tokens": tokenizer.convert_ids_to_tokens(ids),
-            "token_log_probabilities": log_probabilities.tolist(),
-        })  # fmt: skip
+        candidates.append(
+            {
+                "text": tokenizer.decode(ids, skip_special_tokens=True),
+                "score": score,
+                "log_probability": log_probability,
+                "length": length,
+                "token_ids": ids,
+                "tokens": tokenizer.convert_ids_to_tokens(ids),
+                "token_log_probabilities": log_probabilities.tolist(),
+            }
+        )
     return candidates
 
 
@@ -186,7 +200,9 @@ class Explorer:
     def __init__(self, picture_dir: str | os.PathLike | None = None, device: str | None = None):
         require_matplotlib()
         self._own_dir = picture_dir is None
-        self.picture_dir = Path(tempfile.mkdtemp(prefix="vanilla-transformer-explorer-") if picture_dir is None else picture_dir)
+        self.picture_dir = Path(
+            tempfile.mkdtemp(prefix="vanilla-transformer-explorer-") if picture_dir is None else picture_dir
+        )
         self.picture_dir.mkdir(parents=True, exist_ok=True)
         self.device = device
         self._models: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
@@ -220,8 +236,9 @@ class Explorer:
         except ValueError as error:
             raise ValueError(f"{error} {MODEL_HINT}") from None
         except Exception as error:  # a config.json of another model, unreadable weights...
-            raise ValueError(f"{text!r} does not hold a model of this package ({type(error).__name__}: {error}). "
-                             f"{MODEL_HINT}") from None  # fmt: skip
+            raise ValueError(
+                f"{text!r} does not hold a model of this package ({type(error).__name__}: {error}). {MODEL_HINT}"
+            ) from None
         self._models[key] = loaded
         while len(self._models) > 2:
             self._models.popitem(last=False)
@@ -231,10 +248,14 @@ class Explorer:
         """One line (markdown) about the model in ``folder``: its sizes and decoding defaults."""
         model, tokenizer = self.load(folder)
         c, g = model.config, model.generation_config
-        heads = f"{c.encoder_attention_heads} heads" + (f" of size {c.head_dim}" if c.head_dim else "")  # else d_model / heads
-        return (f"**Model** `{str(folder).strip()}`: {c.encoder_layers} encoder and {c.decoder_layers} "
-                f"decoder layers, {heads}, d_model {c.d_model}, vocabulary {c.vocab_size:,} "
-                f"sub-words. Its decoding: beam {g.num_beams}, length penalty α = {g.length_penalty:g}.")  # fmt: skip
+        heads = f"{c.encoder_attention_heads} heads" + (
+            f" of size {c.head_dim}" if c.head_dim else ""
+        )  # else d_model / heads
+        return (
+            f"**Model** `{str(folder).strip()}`: {c.encoder_layers} encoder and {c.decoder_layers} "
+            f"decoder layers, {heads}, d_model {c.d_model}, vocabulary {c.vocab_size:,} "
+            f"sub-words. Its decoding: beam {g.num_beams}, length penalty α = {g.length_penalty:g}."
+        )
 
     def layers(self, folder: str | os.PathLike) -> list[int]:
         """The layers whose maps can be drawn: those that both the encoder and the decoder have."""
@@ -257,18 +278,24 @@ class Explorer:
         text = text.strip() if isinstance(text, str) else ""
         if not text:
             raise ValueError("The source box is empty: type a sentence to translate.")
-        limit = f"this explorer takes at most {MAX_SOURCE_CHARACTERS} characters and {MAX_SOURCE_TOKENS} sub-word tokens"
+        limit = (
+            f"this explorer takes at most {MAX_SOURCE_CHARACTERS} characters and {MAX_SOURCE_TOKENS} sub-word tokens"
+        )
         if len(text) > MAX_SOURCE_CHARACTERS:
-            raise ValueError(f"The source has {len(text)} characters; {limit}. Shorten it, or translate it one "
-                             f"sentence at a time.")  # fmt: skip
+            raise ValueError(
+                f"The source has {len(text)} characters; {limit}. Shorten it, or translate it one sentence at a time."
+            )
         tokens = len(self.load(folder)[1](text)["input_ids"])
         if tokens > MAX_SOURCE_TOKENS:
-            raise ValueError(f"The source has {tokens} sub-word tokens; {limit}. Shorten it, or translate it one "
-                             f"sentence at a time.")  # fmt: skip
+            raise ValueError(
+                f"The source has {tokens} sub-word tokens; {limit}. Shorten it, or translate it one sentence at a time."
+            )
         return text
 
     @staticmethod
-    def decoding(num_beams: Any = None, length_penalty: Any = None, greedy: bool = False) -> tuple[int | None, float | None]:
+    def decoding(
+        num_beams: Any = None, length_penalty: Any = None, greedy: bool = False
+    ) -> tuple[int | None, float | None]:
         """(num_beams, length_penalty) for ``translate``: ``(1, None)`` when greedy; ``None`` keeps the model's.
 
         Raises:
@@ -278,18 +305,32 @@ class Explorer:
         if greedy:
             return 1, None
         if num_beams is not None:
-            if isinstance(num_beams, bool) or not isinstance(num_beams, (int, float)) or num_beams != int(num_beams) \
-                    or not 1 <= num_beams <= MAX_BEAMS:  # fmt: skip
+            if (
+                isinstance(num_beams, bool)
+                or not isinstance(num_beams, (int, float))
+                or num_beams != int(num_beams)
+                or not 1 <= num_beams <= MAX_BEAMS
+            ):
                 raise ValueError(f"The beam size must be a whole number from 1 to {MAX_BEAMS}, got {num_beams!r}.")
             num_beams = int(num_beams)
         if length_penalty is not None:
-            if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not math.isfinite(length_penalty):
+            if (
+                isinstance(length_penalty, bool)
+                or not isinstance(length_penalty, (int, float))
+                or not math.isfinite(length_penalty)
+            ):
                 raise ValueError(f"The length penalty must be a number (the paper's α is 0.6), got {length_penalty!r}.")
             length_penalty = float(length_penalty)
         return num_beams, length_penalty
 
-    def translate(self, folder: str | os.PathLike, text: Any, num_beams: Any = None, length_penalty: Any = None,
-                  greedy: bool = False) -> dict[str, Any]:  # fmt: skip
+    def translate(
+        self,
+        folder: str | os.PathLike,
+        text: Any,
+        num_beams: Any = None,
+        length_penalty: Any = None,
+        greedy: bool = False,
+    ) -> dict[str, Any]:
         """Translate one sentence: ``{"folder", "source", "translation", "candidates", "num_beams",
         "length_penalty", "maps"}``. ``translation`` is :func:`translate`'s; ``candidates`` are
         :func:`translate_candidates`' (every beam's, best first); ``maps`` is filled by :meth:`maps`."""
@@ -298,12 +339,18 @@ class Explorer:
         num_beams, length_penalty = self.decoding(num_beams, length_penalty, greedy)
         beams = num_beams if num_beams is not None else (model.generation_config.num_beams or 1)  # unset: greedy
         translation = translate(model, tokenizer, [source], num_beams=num_beams, length_penalty=length_penalty)[0]
-        candidates = translate_candidates(model, tokenizer, source, num_beams=beams,
-                                          length_penalty=length_penalty if beams > 1 else None)  # fmt: skip
+        candidates = translate_candidates(
+            model, tokenizer, source, num_beams=beams, length_penalty=length_penalty if beams > 1 else None
+        )
         return {
-            "folder": str(folder).strip(), "source": source, "translation": translation, "candidates": candidates,
-            "num_beams": beams, "length_penalty": length_penalty, "maps": {},
-        }  # fmt: skip
+            "folder": str(folder).strip(),
+            "source": source,
+            "translation": translation,
+            "candidates": candidates,
+            "num_beams": beams,
+            "length_penalty": length_penalty,
+            "maps": {},
+        }
 
     def candidate_rows(self, result: dict[str, Any]) -> list[list[Any]]:
         """The candidates as table rows: rank, text, score, log-probability, tokens with their probabilities."""
@@ -311,8 +358,12 @@ class Explorer:
         rows = []
         for rank, candidate in enumerate(result["candidates"], start=1):
             labels = readable_tokens(candidate["tokens"], tokenizer)
-            tokens = "  ".join(f"{label} {math.exp(lp):.2f}" for label, lp in zip(labels, candidate["token_log_probabilities"]))
-            rows.append([rank, candidate["text"], round(candidate["score"], 4), round(candidate["log_probability"], 4), tokens])
+            tokens = "  ".join(
+                f"{label} {math.exp(lp):.2f}" for label, lp in zip(labels, candidate["token_log_probabilities"])
+            )
+            rows.append(
+                [rank, candidate["text"], round(candidate["score"], 4), round(candidate["log_probability"], 4), tokens]
+            )
         return rows
 
     # -------------------------------------------------------------------- attention
@@ -323,15 +374,18 @@ class Explorer:
             beams, alpha = result["num_beams"], result["length_penalty"]
             kwargs = {"length_penalty": alpha} if alpha is not None and beams > 1 else {}
             # the model's own tokens, decoded again with the translation's settings
-            result["maps"][layer] = attention_maps(model, tokenizer, result["source"], layer=layer, num_beams=beams,
-                                                   generate_kwargs=kwargs)  # fmt: skip
+            result["maps"][layer] = attention_maps(
+                model, tokenizer, result["source"], layer=layer, num_beams=beams, generate_kwargs=kwargs
+            )
         return result["maps"][layer]
 
     def draw(self, result: dict[str, Any], kind: str, layer: int, head: int | str = ALL_HEADS) -> Path:
         """A PNG of one kind of attention (``"encoder"``, ``"decoder"``, ``"cross"``) of ``layer``, for one
         head or ``"all"`` of them; a new file each time."""
         if kind not in ATTENTION_KINDS:
-            raise ValueError(f"{kind!r} is not a kind of attention; choose one of {', '.join(map(repr, ATTENTION_KINDS))}.")
+            raise ValueError(
+                f"{kind!r} is not a kind of attention; choose one of {', '.join(map(repr, ATTENTION_KINDS))}."
+            )
         layers = self.layers(result["folder"])
         if layer not in layers:
             raise ValueError(f"Layer {layer!r} does not exist here: choose one of {layers}.")
@@ -365,21 +419,34 @@ def build_app(explorer: Explorer, folder: str | os.PathLike, source: str = ""):
     with gr.Blocks(title="Attention explorer · vanilla_transformer", analytics_enabled=False) as app:
         folder_state = gr.State(folder)
         result_state = gr.State(None)
-        gr.Markdown("# Attention explorer\nThe Transformer of *Attention Is All You Need*, translating: its beam "
-                    "search, and where each layer and head looks.")  # fmt: skip
+        gr.Markdown(
+            "# Attention explorer\nThe Transformer of *Attention Is All You Need*, translating: its beam "
+            "search, and where each layer and head looks."
+        )
         with gr.Row():
             model_box = gr.Textbox(value=folder, label="Model folder", elem_id="model-folder", scale=4)
             load_button = gr.Button("Load model", elem_id="load", scale=1)
         model_info = gr.Markdown(explorer.describe(folder), elem_id="model-info")
         source_box = gr.Textbox(
-            value=source, label="Source sentence", elem_id="source", lines=2,
+            value=source,
+            label="Source sentence",
+            elem_id="source",
+            lines=2,
             info=f"At most {MAX_SOURCE_CHARACTERS} characters and {MAX_SOURCE_TOKENS} sub-word tokens.",
-        )  # fmt: skip
+        )
         with gr.Row():
-            beams = gr.Slider(1, MAX_BEAMS, value=min(generation.num_beams, MAX_BEAMS), step=1, label="Beam size",
-                              elem_id="beams")  # fmt: skip
-            alpha = gr.Slider(0.0, 2.0, value=generation.length_penalty, step=0.1, label="Length penalty α",
-                              info="score = log p / length^α", elem_id="alpha")  # fmt: skip
+            beams = gr.Slider(
+                1, MAX_BEAMS, value=min(generation.num_beams, MAX_BEAMS), step=1, label="Beam size", elem_id="beams"
+            )
+            alpha = gr.Slider(
+                0.0,
+                2.0,
+                value=generation.length_penalty,
+                step=0.1,
+                label="Length penalty α",
+                info="score = log p / length^α",
+                elem_id="alpha",
+            )
             greedy = gr.Checkbox(False, label="Greedy (beam size 1)", elem_id="greedy")
         translate_button = gr.Button("Translate", variant="primary", elem_id="translate")
         message = gr.Markdown("", elem_id="message")
@@ -387,27 +454,38 @@ def build_app(explorer: Explorer, folder: str | os.PathLike, source: str = ""):
         candidates = gr.Dataframe(
             headers=["rank", "candidate", "score", "log p", "tokens and their probabilities"],
             label="Beam search's finished candidates, best first (score = log p / length^α)",
-            elem_id="candidates", interactive=False, wrap=True,
-        )  # fmt: skip
+            elem_id="candidates",
+            interactive=False,
+            wrap=True,
+        )
         with gr.Row():
-            kind = gr.Radio([(name, key) for key, name in KIND_NAMES.items()], value="cross", label="Attention",
-                            elem_id="kind")  # fmt: skip
+            kind = gr.Radio(
+                [(name, key) for key, name in KIND_NAMES.items()], value="cross", label="Attention", elem_id="kind"
+            )
             layer = gr.Radio([(f"layer {i}", i) for i in layers], value=layers[-1], label="Layer", elem_id="layer")
             head = gr.Radio(head_choices(folder, "cross"), value=ALL_HEADS, label="Head", elem_id="head")
-        heatmap = gr.Image(type="filepath", format="png", label="Attention weights", elem_id="heatmap",
-                           interactive=False)  # fmt: skip
+        heatmap = gr.Image(
+            type="filepath", format="png", label="Attention weights", elem_id="heatmap", interactive=False
+        )
 
         def on_load(text, current):
             try:
                 loaded = explorer.load(text)[0].generation_config
                 new_layers = explorer.layers(text)
                 return {
-                    beams: min(loaded.num_beams, MAX_BEAMS), alpha: loaded.length_penalty,
-                    folder_state: text.strip(), result_state: None, model_info: explorer.describe(text), message: "",
-                    translation_box: "", candidates: None, heatmap: None,
+                    beams: min(loaded.num_beams, MAX_BEAMS),
+                    alpha: loaded.length_penalty,
+                    folder_state: text.strip(),
+                    result_state: None,
+                    model_info: explorer.describe(text),
+                    message: "",
+                    translation_box: "",
+                    candidates: None,
+                    heatmap: None,
                     layer: gr.Radio(choices=[(f"layer {i}", i) for i in new_layers], value=new_layers[-1]),
-                    head: gr.Radio(choices=head_choices(text, "cross"), value=ALL_HEADS), kind: "cross",
-                }  # fmt: skip
+                    head: gr.Radio(choices=head_choices(text, "cross"), value=ALL_HEADS),
+                    kind: "cross",
+                }
             except Exception as error:
                 return {message: f"{_problem(error)} The page still shows the model in `{current}`."}
 
@@ -415,10 +493,21 @@ def build_app(explorer: Explorer, folder: str | os.PathLike, source: str = ""):
             try:
                 result = explorer.translate(folder, text, num_beams, length_penalty, is_greedy)
                 picture = explorer.draw(result, chosen_kind, chosen_layer, chosen_head)
-                return {result_state: result, translation_box: result["translation"],
-                        candidates: explorer.candidate_rows(result), heatmap: str(picture), message: ""}  # fmt: skip
+                return {
+                    result_state: result,
+                    translation_box: result["translation"],
+                    candidates: explorer.candidate_rows(result),
+                    heatmap: str(picture),
+                    message: "",
+                }
             except Exception as error:
-                return {result_state: None, translation_box: "", candidates: None, heatmap: None, message: _problem(error)}
+                return {
+                    result_state: None,
+                    translation_box: "",
+                    candidates: None,
+                    heatmap: None,
+                    message: _problem(error),
+                }
 
         def on_view(folder, result, chosen_kind, chosen_layer, chosen_head):
             try:
@@ -428,21 +517,38 @@ def build_app(explorer: Explorer, folder: str | os.PathLike, source: str = ""):
                 update = {head: gr.Radio(choices=heads, value=chosen_head)}
                 if result is None:
                     return {**update, message: "Translate a sentence first: the maps are those of its translation."}
-                return {**update, heatmap: str(explorer.draw(result, chosen_kind, chosen_layer, chosen_head)), message: ""}
+                return {
+                    **update,
+                    heatmap: str(explorer.draw(result, chosen_kind, chosen_layer, chosen_head)),
+                    message: "",
+                }
             except Exception as error:
                 return {message: _problem(error)}
 
         model_outputs = {"concurrency_id": "model", "concurrency_limit": 1}  # one model call at a time
-        load_outputs = {folder_state, result_state, model_info, message, translation_box, candidates, heatmap, layer, head,
-                        kind, beams, alpha}  # fmt: skip
+        load_outputs = {
+            folder_state,
+            result_state,
+            model_info,
+            message,
+            translation_box,
+            candidates,
+            heatmap,
+            layer,
+            head,
+            kind,
+            beams,
+            alpha,
+        }
         load_button.click(on_load, [model_box, folder_state], load_outputs, **model_outputs)
         translate_inputs = [folder_state, source_box, beams, alpha, greedy, kind, layer, head]
         translate_outputs = {result_state, translation_box, candidates, heatmap, message}
         translate_button.click(on_translate, translate_inputs, translate_outputs, **model_outputs)
         source_box.submit(on_translate, translate_inputs, translate_outputs, **model_outputs)
         for control in (kind, layer, head):
-            control.input(on_view, [folder_state, result_state, kind, layer, head], {head, heatmap, message},
-                          **model_outputs)  # fmt: skip
+            control.input(
+                on_view, [folder_state, result_state, kind, layer, head], {head, heatmap, message}, **model_outputs
+            )
     return app
 
 
@@ -469,9 +575,14 @@ def launch(
         app = build_app(explorer, folder, source=source)
         app.queue(default_concurrency_limit=1)
         _, url, _ = app.launch(
-            server_name=host, server_port=port, prevent_thread_lock=not block, quiet=quiet, share=False,
-            ssr_mode=False, allowed_paths=[str(explorer.picture_dir)],
-        )  # fmt: skip
+            server_name=host,
+            server_port=port,
+            prevent_thread_lock=not block,
+            quiet=quiet,
+            share=False,
+            ssr_mode=False,
+            allowed_paths=[str(explorer.picture_dir)],
+        )
     except BaseException:
         explorer.close()
         raise

@@ -321,7 +321,9 @@ class TranslationSeq2SeqTrainer(Seq2SeqTrainer):
             and isinstance(self.accelerator.unwrap_model(model), VanillaTransformerForConditionalGeneration)
         )
         if not fused:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
         # The trainer, not the model, keeps the loss's workspace: its logits from forward to backward, in memory
         # reused at every step.
         workspace = self.__dict__.setdefault("loss_workspace", {})
@@ -333,7 +335,9 @@ class TranslationSeq2SeqTrainer(Seq2SeqTrainer):
         # average_tokens_across_devices, return_outputs) applies unchanged.
         smoother, self.label_smoother = self.label_smoother, None
         try:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
         finally:
             self.label_smoother = smoother
 
@@ -452,7 +456,9 @@ def train_with_seq2seq_trainer(
 
     if model is not None:
         if model_overrides:
-            raise ValueError("model_overrides (sizes) only apply to a fresh preset, not to a saved --model_name_or_path.")
+            raise ValueError(
+                "model_overrides (sizes) only apply to a fresh preset, not to a saved --model_name_or_path."
+            )
         net, tok = load_model_and_tokenizer(model, tokenizer, attn_implementation=attn_implementation)
     else:
         tok = load_tokenizer(tokenizer) if tokenizer is not None else None

@@ -40,7 +40,6 @@ from transformers.generation.logits_process import (
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
 
-
 logger = logging.get_logger(__name__)
 
 #: The transformers releases the in-place beam search was tested with (the whole test suite passed on each).
@@ -104,7 +103,9 @@ def in_place_beam_search_unavailable(generation_config=None) -> str | None:
 # --------------------------------------------------------------------------------------------
 # One encoder row per sentence: the hook in the model's attention
 # --------------------------------------------------------------------------------------------
-def attention_for_grouped_beams(attention_interface: Callable, group: int, module, query, key, value, attention_mask, **kwargs):
+def attention_for_grouped_beams(
+    attention_interface: Callable, group: int, module, query, key, value, attention_mask, **kwargs
+):
     """``attention_interface(module, query, key, value, attention_mask, **kwargs)`` where ``group``
     consecutive query rows (a sentence's beams) share one key/value row (the sentence's encoder output).
     The model's encoder–decoder attention calls it when given ``beams_per_encoder_row`` > 1, which only the
@@ -152,7 +153,9 @@ class BeamSearchSelfAttentionLayer(DynamicLayer):
         super().__init__()
         self.order = None  # rows to take at the next update, when a reordering is pending
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized or self.keys.numel() == 0:
             self.order = None
             return super().update(key_states, value_states)
@@ -206,7 +209,9 @@ def top_k(scores: torch.Tensor, k: int, offsets: torch.Tensor | None = None) -> 
     candidates, positions = candidates.flatten(1), positions.flatten(1)
     if count * width < n:  # each group's last, shorter chunk is always a candidate
         tail = (scores[..., count * width :] + shift).flatten(1)
-        tail_positions = torch.arange(groups, device=scores.device)[:, None] * n + torch.arange(count * width, n, device=scores.device)
+        tail_positions = torch.arange(groups, device=scores.device)[:, None] * n + torch.arange(
+            count * width, n, device=scores.device
+        )
         candidates = torch.cat([candidates, tail], dim=1)
         positions = torch.cat([positions, tail_positions.flatten().expand(rows, -1)], dim=1)
     values, picked = torch.topk(candidates, k)
@@ -244,7 +249,9 @@ def _mask_in_place(processor, input_ids: torch.LongTensor, scores: torch.FloatTe
         processor.mask_(input_ids, scores)
 
 
-def in_place_beam_search_applies(logits_processor, config, synced_gpus: bool, model_kwargs: dict, attn_implementation: str) -> bool:
+def in_place_beam_search_applies(
+    logits_processor, config, synced_gpus: bool, model_kwargs: dict, attn_implementation: str
+) -> bool:
     """Whether this call's options are all the in-place loop handles (the rest goes to transformers' loop):
     eager or SDPA attention (the beam grouping reshapes their masks), dynamic caches (a static cache is
     transformers' compiled route), no sampling, no returned scores."""
@@ -267,7 +274,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
     """transformers' ``GenerationMixin`` with the in-place beam search (see the module docstring), and a
     returned beam-search cache that continues the returned sequences (``_cache_of_sequences``)."""
 
-    def _cache_of_sequences(self, sequences: torch.Tensor, cache: EncoderDecoderCache, num_beams: int, source: dict) -> EncoderDecoderCache:
+    def _cache_of_sequences(
+        self, sequences: torch.Tensor, cache: EncoderDecoderCache, num_beams: int, source: dict
+    ) -> EncoderDecoderCache:
         """The cache a next ``generate(decoder_input_ids=sequences, cache=..., num_beams=num_beams)`` continues from.
 
         Beam search returns its best finished hypotheses, but transformers' loop leaves in its cache the keys and
@@ -309,11 +318,16 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         logger.info_once(f"In-place beam search off ({reason}): transformers' own beam search runs.")
         return self._transformers_beam_search(reason, *args, **kwargs)
 
-    def _transformers_beam_search(self, reason: str, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+    def _transformers_beam_search(
+        self, reason: str, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs
+    ):
         """transformers' own beam search, which knows only the |Y|^α length penalty: with ``length_penalty_form="gnmt"``
         it runs anyway (refusing would make flex attention, static caches and returned scores unusable with beams),
         and one warning says that the ranking uses |Y|^α instead, and why."""
-        if checked_length_penalty_form(getattr(generation_config, "length_penalty_form", None)) == "gnmt" and generation_config.length_penalty:
+        if (
+            checked_length_penalty_form(getattr(generation_config, "length_penalty_form", None)) == "gnmt"
+            and generation_config.length_penalty
+        ):
             logger.warning_once(
                 f"length_penalty_form='gnmt' is computed by the package's beam search only, which does not run here "
                 f"({reason}): transformers' beam search ranks by log P / |Y|^α instead. For GNMT's penalty use eager or "
@@ -321,16 +335,22 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             )
         return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
 
-    def _in_place_beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs):
+    def _in_place_beam_search(
+        self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False, **model_kwargs
+    ):
         """transformers' ``GenerationMixin._beam_search`` (5.24), step for step, with the changes above."""
         config = generation_config
         reason = in_place_beam_search_unavailable(config)
-        applies = in_place_beam_search_applies(logits_processor, config, synced_gpus, model_kwargs, self.config._attn_implementation)
+        applies = in_place_beam_search_applies(
+            logits_processor, config, synced_gpus, model_kwargs, self.config._attn_implementation
+        )
         if reason is not None or not applies:
             if reason is not None:
                 logger.info_once(f"In-place beam search off ({reason}): transformers' own beam search runs.")
             reason = reason or "sampling, returned scores, flex attention, a static cache or another logits processor"
-            return self._transformers_beam_search(reason, input_ids, logits_processor, stopping_criteria, config, synced_gpus, **model_kwargs)
+            return self._transformers_beam_search(
+                reason, input_ids, logits_processor, stopping_criteria, config, synced_gpus, **model_kwargs
+            )
         pad_token_id, eos_token_id = config._pad_token_tensor, config._eos_token_tensor
         early_stopping, length_penalty, max_length = config.early_stopping, config.length_penalty, config.max_length
         # GNMT's penalty: the scores transformers' helpers would divide by length^α are divided here by lp(Y), and
@@ -343,7 +363,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         # per sentence; the decoder's attention groups the beams' queries (attention_for_grouped_beams).
         encoder_hidden = model_kwargs["encoder_outputs"].last_hidden_state
         if encoder_hidden.shape[0] == batch_size * num_beams and num_beams > 1:
-            model_kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=encoder_hidden[::num_beams].contiguous())
+            model_kwargs["encoder_outputs"] = BaseModelOutput(
+                last_hidden_state=encoder_hidden[::num_beams].contiguous()
+            )
             if model_kwargs.get("attention_mask") is not None:
                 model_kwargs["attention_mask"] = model_kwargs["attention_mask"][::num_beams].contiguous()
             model_kwargs["beams_per_encoder_row"] = num_beams  # generate() passes it on to every model call
@@ -353,7 +375,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         # Rows that end early are filled with padding (transformers' loop fills with `pad_token_id or eos_token_id`,
         # </s> when the pad id is 0, which generate() then replaces with padding).
         fill = pad_token_id if pad_token_id is not None else (eos_token_id[0] if eos_token_id is not None else -1)
-        running_sequences = torch.full((batch_size, num_beams, max_length), fill_value=fill, dtype=torch.int64, device=device)
+        running_sequences = torch.full(
+            (batch_size, num_beams, max_length), fill_value=fill, dtype=torch.int64, device=device
+        )
         running_sequences[:, :, :cur_len] = self._unflatten_beam_dim(input_ids, batch_size, num_beams)
         sequences = running_sequences.detach().clone()
         running_beam_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
@@ -361,7 +385,9 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         beam_scores = torch.full((batch_size, num_beams), fill_value=-1e9, dtype=torch.float, device=device)
         is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
         is_early_stop_heuristic_unsatisfied = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
-        running_beam_indices = torch.full((batch_size, num_beams, max_length - cur_len), fill_value=-1, dtype=torch.int32, device=device)
+        running_beam_indices = torch.full(
+            (batch_size, num_beams, max_length - cur_len), fill_value=-1, dtype=torch.int32, device=device
+        )
         beam_indices = running_beam_indices.detach().clone()
         flat_running_sequences = input_ids
         log_probs = None  # the [batch × beams, vocab] buffer, reused at every step
@@ -371,16 +397,22 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         if cache.get_seq_length() == 0:  # self-attention layers reordered as they grow
             layers = [BeamSearchSelfAttentionLayer() for _ in range(self.config.decoder_layers)]
             model_kwargs["cache"] = EncoderDecoderCache(Cache(layers=layers), cache.cross_attention_cache)
-        model_outputs = self._prefill(input_ids, config, model_kwargs, is_first_iteration=not getattr(config, "is_assistant", False))
+        model_outputs = self._prefill(
+            input_ids, config, model_kwargs, is_first_iteration=not getattr(config, "is_assistant", False)
+        )
         prefill_consumed = False
         this_peer_finished = False
         while self._has_unfinished_sequences(this_peer_finished, synced_gpus, device=device):
             if prefill_consumed:
                 flat_running_sequences = self._flatten_beam_dim(running_sequences[:, :, :cur_len])
-                model_inputs = self.prepare_inputs_for_generation(flat_running_sequences, next_sequence_length=1, **model_kwargs)
+                model_inputs = self.prepare_inputs_for_generation(
+                    flat_running_sequences, next_sequence_length=1, **model_kwargs
+                )
                 model_outputs = self(**model_inputs, return_dict=True)
             prefill_consumed = True
-            model_kwargs = self._update_model_kwargs_for_generation(model_outputs, model_kwargs, is_encoder_decoder=True)
+            model_kwargs = self._update_model_kwargs_for_generation(
+                model_outputs, model_kwargs, is_encoder_decoder=True
+            )
             logits = model_outputs.logits[:, -1, :]
             if log_probs is None:
                 log_probs = torch.empty(logits.shape, dtype=torch.float32, device=device)
@@ -404,22 +436,35 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             next_token_hits_stopping_criteria = stopping_criteria(
                 self._flatten_beam_dim(topk_running_sequences[:, :, : cur_len + 1]), None
             )
-            next_token_hits_stopping_criteria = self._unflatten_beam_dim(next_token_hits_stopping_criteria, batch_size, beams_to_keep)
+            next_token_hits_stopping_criteria = self._unflatten_beam_dim(
+                next_token_hits_stopping_criteria, batch_size, beams_to_keep
+            )
             running_sequences, running_beam_scores, running_beam_indices = self._get_running_beams_for_next_iteration(
-                topk_log_probs=topk_log_probs, topk_running_sequences=topk_running_sequences,
+                topk_log_probs=topk_log_probs,
+                topk_running_sequences=topk_running_sequences,
                 topk_running_beam_indices=topk_running_beam_indices,
-                next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, num_beams=num_beams,
-            )  # fmt: skip
+                next_token_hits_stopping_criteria=next_token_hits_stopping_criteria,
+                num_beams=num_beams,
+            )
             if gnmt:  # the hypotheses that end here have |Y| = cur_len + 1 - decoder_prompt_len
                 topk_log_probs = topk_log_probs / gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, length_penalty)
             sequences, beam_scores, beam_indices, is_sent_finished = self._update_finished_beams(
-                sequences=sequences, topk_running_sequences=topk_running_sequences, beam_scores=beam_scores,
-                topk_log_probs=topk_log_probs, beam_indices=beam_indices, topk_running_beam_indices=topk_running_beam_indices,
-                is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied, is_sent_finished=is_sent_finished,
-                next_token_hits_stopping_criteria=next_token_hits_stopping_criteria, top_num_beam_mask=top_num_beam_mask,
-                num_beams=num_beams, cur_len=cur_len, decoder_prompt_len=decoder_prompt_len,
-                length_penalty=helpers_length_penalty, early_stopping=early_stopping,
-            )  # fmt: skip
+                sequences=sequences,
+                topk_running_sequences=topk_running_sequences,
+                beam_scores=beam_scores,
+                topk_log_probs=topk_log_probs,
+                beam_indices=beam_indices,
+                topk_running_beam_indices=topk_running_beam_indices,
+                is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
+                is_sent_finished=is_sent_finished,
+                next_token_hits_stopping_criteria=next_token_hits_stopping_criteria,
+                top_num_beam_mask=top_num_beam_mask,
+                num_beams=num_beams,
+                cur_len=cur_len,
+                decoder_prompt_len=decoder_prompt_len,
+                length_penalty=helpers_length_penalty,
+                early_stopping=early_stopping,
+            )
             # Only the self-attention caches move: the cross-attention ones hold one row per sentence.
             beam_idx = self._flatten_beam_dim(running_beam_indices[..., cur_len - decoder_prompt_len])
             model_kwargs["cache"].self_attention_cache.reorder_cache(beam_idx)
@@ -427,13 +472,20 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
             best_running = running_beam_scores
             if gnmt:  # the best score a running beam could still reach, at the length transformers' heuristic assumes
                 longest = early_stopping == "never" and length_penalty > 0.0
-                best_running = running_beam_scores / gnmt_length_penalty((max_length if longest else cur_len) - decoder_prompt_len, length_penalty)
+                best_running = running_beam_scores / gnmt_length_penalty(
+                    (max_length if longest else cur_len) - decoder_prompt_len, length_penalty
+                )
             is_early_stop_heuristic_unsatisfied = self._check_early_stop_heuristic(
                 is_early_stop_heuristic_unsatisfied=is_early_stop_heuristic_unsatisfied,
-                running_beam_scores=best_running, beam_scores=beam_scores, is_sent_finished=is_sent_finished,
-                cur_len=cur_len, max_length=max_length, decoder_prompt_len=decoder_prompt_len,
-                early_stopping=early_stopping, length_penalty=helpers_length_penalty,
-            )  # fmt: skip
+                running_beam_scores=best_running,
+                beam_scores=beam_scores,
+                is_sent_finished=is_sent_finished,
+                cur_len=cur_len,
+                max_length=max_length,
+                decoder_prompt_len=decoder_prompt_len,
+                early_stopping=early_stopping,
+                length_penalty=helpers_length_penalty,
+            )
             this_peer_finished = not self._beam_search_has_unfinished_sequences(
                 is_early_stop_heuristic_unsatisfied, is_sent_finished, next_token_hits_stopping_criteria, early_stopping
             )

@@ -214,7 +214,9 @@ class _BlockBuffers:
         self.high = self.low if exact == dtype else torch.empty(rows * width, dtype=exact, device=device)
         self.scratch = torch.empty(rows * width, dtype=exact, device=device)
 
-    def logits(self, h: torch.Tensor, w: torch.Tensor, cols: slice, kept: torch.Tensor | None, again: bool) -> torch.Tensor:
+    def logits(
+        self, h: torch.Tensor, w: torch.Tensor, cols: slice, kept: torch.Tensor | None, again: bool
+    ) -> torch.Tensor:
         """This block's [rows, columns] logits in the `exact` precision: computed, or read from (and on the
         first pass written to) ``kept``, the whole logits."""
         rows, n = self.rows, cols.stop - cols.start
@@ -253,7 +255,16 @@ def linear_cross_entropy_sums(
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).to(hidden.device)
     block_columns = block_columns or max(256, (1 << 20) // max(1, hidden.shape[0]))
     tracked = torch.is_grad_enabled()
-    return LinearCrossEntropySums.apply(hidden, weight, labels, float(label_smoothing), block_columns, tracked, workspace)
+    return LinearCrossEntropySums.apply(
+        hidden, weight, labels, float(label_smoothing), block_columns, tracked, workspace
+    )
 
 
-__all__ = ["COMPACT_ROWS_ON", "LOSS_WORKSPACE_BYTES", "cpu_keep_mask", "apply_dropout", "dropout_add", "linear_cross_entropy_sums"]
+__all__ = [
+    "COMPACT_ROWS_ON",
+    "LOSS_WORKSPACE_BYTES",
+    "cpu_keep_mask",
+    "apply_dropout",
+    "dropout_add",
+    "linear_cross_entropy_sums",
+]

@@ -24,6 +24,7 @@ from .training_config import PRESETS, check_config_overrides
 
 __all__ = ["load_model", "load_model_and_tokenizer", "load_tokenizer", "new_model", "preset_config"]
 
+
 def preset_config(preset: str, **overrides: Any) -> VanillaTransformerConfig:
     """The configuration of a Table 3 preset, with ``overrides`` (e.g. ``d_model=256``) in place of its values.
 

@@ -73,7 +73,6 @@ from .generation_vanilla_transformer import (
 )
 from .kernels_vanilla_transformer import apply_dropout, dropout_add, linear_cross_entropy_sums
 
-
 logger = logging.get_logger(__name__)
 
 
@@ -309,7 +308,10 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Unpack[TransformersKwargs]
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         x = self._sublayer_input(hidden_states, self.self_attn_layer_norm)
         attn_output, _ = self.self_attn(x, attention_mask=attention_mask, **kwargs)
@@ -348,9 +350,13 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
 
         x = self._sublayer_input(hidden_states, self.encoder_attn_layer_norm)
         attn_output, _ = self.encoder_attn(
-            x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache,
-            beams_per_encoder_row=beams_per_encoder_row, **kwargs,
-        )  # fmt: skip
+            x,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            cache=cache,
+            beams_per_encoder_row=beams_per_encoder_row,
+            **kwargs,
+        )
         hidden_states = self._residual(hidden_states, attn_output, self.encoder_attn_layer_norm)
 
         x = self._sublayer_input(hidden_states, self.final_layer_norm)
@@ -447,9 +453,11 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
 
         # Padding mask only (the encoder is not causal); None when nothing is padded (SDPA fast path).
         mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
             allow_is_bidirectional_skip=attention_mask is None,  # a given mask is used, not read (a device sync)
-        )  # fmt: skip
+        )
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask, **kwargs)
         if self.layer_norm is not None:
@@ -505,7 +513,11 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         mask_2d = attention_mask is not None and attention_mask.dim() == 2
         prepared = attention_mask is not None and attention_mask.dim() == 4
         if attention_mask is not None and not prepared and isinstance(past_len, int):
-            if not mask_2d or attention_mask.shape[0] != batch or attention_mask.shape[1] not in (seq_len, past_len + seq_len):
+            if (
+                not mask_2d
+                or attention_mask.shape[0] != batch
+                or attention_mask.shape[1] not in (seq_len, past_len + seq_len)
+            ):
                 _check_mask("decoder_attention_mask", attention_mask, torch.Size((batch, past_len + seq_len)))
 
         positions = self.embed_positions(seq_len, past_len)  # positions continue after the cached ones
@@ -518,9 +530,12 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         # §3.2.3: mask out (set to -inf) attention to subsequent positions, plus target padding.
         # A given mask is used as it is: deciding whether it could be skipped would read it back from the device.
         causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, cache=self_cache,
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            cache=self_cache,
             allow_is_causal_skip=attention_mask is None,
-        )  # fmt: skip
+        )
         cross_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -530,11 +545,18 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
         for layer in self.layers:
             hidden_states = layer(
-                hidden_states, causal_mask, encoder_hidden_states, encoder_attention_mask=cross_mask, cache=cache, **kwargs
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                cache=cache,
+                **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache if use_cache else None)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, cache=cache if use_cache else None
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,7 +606,11 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):  # a tuple, as return_dict=False gives it
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -641,7 +667,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         # checkpoints' own: they travel in their generation_config.json, as a checkpoint's decoding settings do.
         token_ids = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
         self.generation_config = GenerationConfig(
-            **{name: getattr(config, name) for name in token_ids}, source_length_offset=SOURCE_LENGTH_OFFSET,
+            **{name: getattr(config, name) for name in token_ids},
+            source_length_offset=SOURCE_LENGTH_OFFSET,
             length_penalty_form=LENGTH_PENALTY_FORM,
         )
 
@@ -689,7 +716,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             that memory at every step. The model holds none itself.
         """
         if skip_logits and labels is None:
-            raise ValueError("skip_logits=True needs `labels`: without them there is no loss to compute instead of the logits.")
+            raise ValueError(
+                "skip_logits=True needs `labels`: without them there is no loss to compute instead of the logits."
+            )
         if labels is not None:
             _check_ids("labels", labels, self.config.vocab_size, allow=-100)
             use_cache = False
@@ -720,12 +749,20 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if labels is not None:
             labels = labels.to(hidden.device)
             if skip_logits:  # fast path: the same sums without the logits (kernels_vanilla_transformer)
-                smoothed, nll = linear_cross_entropy_sums(hidden, self.lm_head.weight, labels, smoothing, workspace=loss_workspace)
+                smoothed, nll = linear_cross_entropy_sums(
+                    hidden, self.lm_head.weight, labels, smoothing, workspace=loss_workspace
+                )
             else:
                 flat_logits, flat_labels = logits.float().flatten(0, 1), labels.flatten()
-                smoothed = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=smoothing, reduction="sum")
+                smoothed = F.cross_entropy(
+                    flat_logits, flat_labels, ignore_index=-100, label_smoothing=smoothing, reduction="sum"
+                )
                 with torch.no_grad():
-                    nll = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum") if smoothing else smoothed
+                    nll = (
+                        F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+                        if smoothing
+                        else smoothed
+                    )
             if num_items_in_batch is None:  # the mean over target tokens, as F.cross_entropy's default
                 num_items_in_batch = (labels != -100).sum()
             denominator = torch.as_tensor(num_items_in_batch, device=smoothed.device)
@@ -837,7 +874,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             self.config.auto_map = auto_map
             pipeline_file = Path(__file__).with_name(PIPELINE_FILE)
             if pipeline_file.is_file() and not os.path.isfile(save_directory):
-                self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}), **CUSTOM_PIPELINES}
+                self.config.custom_pipelines = {
+                    **(getattr(self.config, "custom_pipelines", None) or {}),
+                    **CUSTOM_PIPELINES,
+                }
                 if kwargs.get("is_main_process", args[0] if args else True):
                     os.makedirs(save_directory, exist_ok=True)
                     shutil.copyfile(pipeline_file, Path(save_directory) / PIPELINE_FILE)

@@ -22,8 +22,8 @@ import hashlib
 import itertools
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +94,16 @@ class PreparedSplit:
     """One prepared split: ``input_ids`` and ``labels`` (token ids, ``</s>`` included) and the ``sources`` and
     ``targets`` texts of the pairs kept, each indexable by pair, plus how many pairs were ``dropped``."""
 
-    def __init__(self, input_ids: RaggedArray, labels: RaggedArray, sources: RaggedText, targets: RaggedText, dropped: int):
-        self.input_ids, self.labels, self.sources, self.targets, self.dropped = input_ids, labels, sources, targets, dropped
+    def __init__(
+        self, input_ids: RaggedArray, labels: RaggedArray, sources: RaggedText, targets: RaggedText, dropped: int
+    ):
+        self.input_ids, self.labels, self.sources, self.targets, self.dropped = (
+            input_ids,
+            labels,
+            sources,
+            targets,
+            dropped,
+        )
 
 
 def cache_folder() -> Path:
@@ -115,7 +123,9 @@ def file_digest(paths: Iterable[str | os.PathLike]) -> str:
     return digest.hexdigest()
 
 
-def prepared_split_folder(corpus_identity: str, tokenizer_json: str | os.PathLike, max_length: int, root: Path | None = None) -> Path:
+def prepared_split_folder(
+    corpus_identity: str, tokenizer_json: str | os.PathLike, max_length: int, root: Path | None = None
+) -> Path:
     """The folder of a prepared split, named by everything its contents depend on: ``corpus_identity`` (e.g. a
     :func:`file_digest` of its files, with the split's name and languages), the tokenizer (its ``tokenizer.json``
     bytes) and ``max_length``."""
@@ -123,7 +133,9 @@ def prepared_split_folder(corpus_identity: str, tokenizer_json: str | os.PathLik
     return (root or cache_folder()) / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def prepare_split(pairs: Iterable[tuple[str, str]], tokenizer: Any, max_length: int, folder: Path, progress: bool = False) -> int:
+def prepare_split(
+    pairs: Iterable[tuple[str, str]], tokenizer: Any, max_length: int, folder: Path, progress: bool = False
+) -> int:
     """Tokenise ``pairs`` (``(source, target)`` texts, e.g. from a :class:`~vanilla_transformer.data.PairReader`)
     a chunk at a time into ``folder``, dropping the pairs that are empty or longer than ``max_length`` tokens on
     either side, as ``data.tokenize_corpus`` does (the same ids: ``tokenizer(source, text_target=target)``).
@@ -151,9 +163,10 @@ def prepare_split(pairs: Iterable[tuple[str, str]], tokenizer: Any, max_length: 
                     pending = pool.submit(_read_and_encode, chunks, encode)
                     sources, targets, source_ids, target_ids = done
                     kept = [
-                        i for i, (s, t, a, b) in enumerate(zip(sources, targets, source_ids, target_ids, strict=True))
+                        i
+                        for i, (s, t, a, b) in enumerate(zip(sources, targets, source_ids, target_ids, strict=True))
                         if s.strip() and t.strip() and len(a) <= max_length and len(b) <= max_length
-                    ]  # fmt: skip
+                    ]
                     counts["pairs"] += len(kept)
                     counts["dropped"] += len(sources) - len(kept)
                     rows = {
@@ -167,7 +180,9 @@ def prepare_split(pairs: Iterable[tuple[str, str]], tokenizer: Any, max_length: 
                             continue
                         lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
                         if name in ("input_ids", "labels"):
-                            flat = np.fromiter(itertools.chain.from_iterable(values), dtype=dtype, count=int(lengths.sum()))
+                            flat = np.fromiter(
+                                itertools.chain.from_iterable(values), dtype=dtype, count=int(lengths.sum())
+                            )
                             files[name].write(flat.tobytes())
                         else:
                             files[name].write(b"".join(values))
@@ -223,6 +238,7 @@ def _read_and_encode(chunks, encode):
 
 def mark_absent(folder: Path) -> None:
     """Record that the corpus has no such split (so that the next run need not read the corpus to find out)."""
+
     def write(staging: Path) -> None:
         staging.mkdir(parents=True)
         (staging / _ABSENT).write_text("{}\n", encoding="utf-8")
@@ -248,7 +264,9 @@ def load_prepared_split(folder: Path) -> PreparedSplit:
     try:
         meta = json.loads((folder / _META).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise ValueError(f"{str(folder)!r} holds no prepared split ({error}); prepare it again (delete the folder).") from None
+        raise ValueError(
+            f"{str(folder)!r} holds no prepared split ({error}); prepare it again (delete the folder)."
+        ) from None
     if meta.get("format") != PREPARED_FORMAT:
         raise ValueError(
             f"{str(folder)!r} was prepared in format {meta.get('format')!r}, this package reads format {PREPARED_FORMAT}: "

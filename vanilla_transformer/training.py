@@ -87,7 +87,9 @@ def _prepare_data(config: TrainConfig, accelerator, output_dir: Path):
         if config.tokenizer_name is not None:
             load_tokenizer(tokenizer_dir)  # a clear error now for a folder without tokenizer.json
         elif not (tokenizer_dir / "tokenizer.json").is_file():  # else a resume: the run's own tokenizer
-            bpe = train_joint_bpe(_texts(corpus[config.train_split]), vocab_size=config.vocab_size, show_progress=progress)
+            bpe = train_joint_bpe(
+                _texts(corpus[config.train_split]), vocab_size=config.vocab_size, show_progress=progress
+            )
             save_folder_atomically(tokenizer_dir, lambda folder: save_tokenizer(bpe, folder))
         tokenizer = load_tokenizer(tokenizer_dir)
         folders = {}
@@ -129,10 +131,16 @@ def _corpus_readers(config: TrainConfig) -> dict[str, _Split]:
     def splits_of(source: str, split: str | None = None) -> dict[str, _Split]:
         readers = local_corpus_readers(source, *langs, split=split)
         if readers is not None:
-            return {name: _Split(reader, json.dumps([file_digest(reader.files), name, *langs])) for name, reader in readers.items()}
+            return {
+                name: _Split(reader, json.dumps([file_digest(reader.files), name, *langs]))
+                for name, reader in readers.items()
+            }
         loaded = load_parallel_corpus(source, *langs, split=split, hub_config=config.dataset_config_name)
         loaded = {split: loaded} if split is not None else dict(loaded)
-        return {name: _Split(lambda ds=ds: _dataset_pairs(ds), json.dumps([ds._fingerprint, *langs])) for name, ds in loaded.items()}
+        return {
+            name: _Split(lambda ds=ds: _dataset_pairs(ds), json.dumps([ds._fingerprint, *langs]))
+            for name, ds in loaded.items()
+        }
 
     if config.train_file is not None:
         corpus = splits_of(config.train_file, config.train_split)
@@ -172,8 +180,15 @@ def _build_model(config: TrainConfig, tokenizer) -> VanillaTransformerForConditi
 
 
 def _validation_loss(model, split: PreparedSplit, config: TrainConfig, accelerator, pad_token_id: int) -> dict:
-    result = perplexity(model, split.input_ids, split.labels, pad_token_id=pad_token_id, max_tokens=config.max_tokens,
-                        label_smoothing=config.label_smoothing_factor, accelerator=accelerator)  # fmt: skip
+    result = perplexity(
+        model,
+        split.input_ids,
+        split.labels,
+        pad_token_id=pad_token_id,
+        max_tokens=config.max_tokens,
+        label_smoothing=config.label_smoothing_factor,
+        accelerator=accelerator,
+    )
     return {"valid_loss": result["loss"], "valid_nll": result["nll"], "valid_ppl": result["ppl"]}
 
 
@@ -204,9 +219,12 @@ def _progress_bar(config: TrainConfig, step: int, start_time: float, show: bool)
         return tqdm(total=config.max_steps, initial=step, desc="training", disable=not show)
     budget = config.max_minutes * 60
     return tqdm(
-        total=budget, initial=min(time.monotonic() - start_time, budget), desc=f"training, step {step}",
-        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}", disable=not show,
-    )  # fmt: skip
+        total=budget,
+        initial=min(time.monotonic() - start_time, budget),
+        desc=f"training, step {step}",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}",
+        disable=not show,
+    )
 
 
 def _advance(bar: tqdm, config: TrainConfig, step: int, start_time: float) -> None:
@@ -249,7 +267,9 @@ def train(config: TrainConfig) -> dict:
         output_dir.mkdir(parents=True, exist_ok=True)
     test_delay("checkpoints", accelerator.process_index)
     # What the main process finds on disk, for all: a process that looked itself could see another's new files.
-    existing = [checkpoint_dir / name for name in agree(accelerator, [p.name for p in list_checkpoints(checkpoint_dir)])]
+    existing = [
+        checkpoint_dir / name for name in agree(accelerator, [p.name for p in list_checkpoints(checkpoint_dir)])
+    ]
     if existing and not config.resume_from_checkpoint:
         raise ValueError(
             f"{checkpoint_dir} already holds checkpoints ({existing[-1].name}); pass --resume_from_checkpoint to "
@@ -264,10 +284,14 @@ def train(config: TrainConfig) -> dict:
     if config.attention_pictures is not None:  # fail now, not at the first evaluation
         require_matplotlib()
         if config.attention_pictures >= len(valid_split.sources):
-            raise ValueError(f"attention_pictures={config.attention_pictures}: the validation split has "
-                             f"{len(valid_split.sources)} pairs (valid: 0..{len(valid_split.sources) - 1}).")  # fmt: skip
+            raise ValueError(
+                f"attention_pictures={config.attention_pictures}: the validation split has "
+                f"{len(valid_split.sources)} pairs (valid: 0..{len(valid_split.sources) - 1})."
+            )
     for name, n in dropped.items():
-        log(f"{name}: {len(splits[name].input_ids):,} pairs kept, {n:,} dropped (empty or > {config.max_length} tokens)")
+        log(
+            f"{name}: {len(splits[name].input_ids):,} pairs kept, {n:,} dropped (empty or > {config.max_length} tokens)"
+        )
     if not len(train_split.input_ids):
         raise ValueError("No training pairs left after filtering; check the corpus and max_length.")
 
@@ -278,9 +302,13 @@ def train(config: TrainConfig) -> dict:
     model.set_attn_implementation(attention)  # for this run only: not written into the saved config
     log(f"attention: {attention}")
     optimizer, scheduler = make_optimizer_and_schedule(
-        model, model.config.d_model, config.warmup_steps, config.lr_factor, (config.adam_beta1, config.adam_beta2),
+        model,
+        model.config.d_model,
+        config.warmup_steps,
+        config.lr_factor,
+        (config.adam_beta1, config.adam_beta2),
         config.adam_epsilon,
-    )  # fmt: skip
+    )
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     pad_id = tokenizer.pad_token_id
 
@@ -302,9 +330,17 @@ def train(config: TrainConfig) -> dict:
         )
     steps_per_epoch = len(sampler) // config.gradient_accumulation_steps
 
-    state = {"step": 0, "epoch": 0, "step_in_epoch": 0, "target_tokens": 0, "loop_seconds": 0.0, "elapsed_seconds": 0.0,
-             "history": []}  # fmt: skip
+    state = {
+        "step": 0,
+        "epoch": 0,
+        "step_in_epoch": 0,
+        "target_tokens": 0,
+        "loop_seconds": 0.0,
+        "elapsed_seconds": 0.0,
+        "history": [],
+    }
     if config.resume_from_checkpoint:
+
         def remove_incomplete() -> None:
             for broken in incomplete_checkpoints(checkpoint_dir):
                 what = "a deletion" if broken.name.startswith(".tmp-deleting-") else "a save"
@@ -317,21 +353,29 @@ def train(config: TrainConfig) -> dict:
             _check_resume_compatible(resume_from, accelerator.unwrap_model(model))
             accelerator.load_state(str(resume_from))
             state = {"elapsed_seconds": 0.0, **json.loads((resume_from / STATE_FILE).read_text())}
-            log(f"resumed from {resume_from.name} (step {state['step']}, epoch {state['epoch']}, "
-                f"{state['elapsed_seconds'] / 60:.1f} min of the time budget spent)")  # fmt: skip
+            log(
+                f"resumed from {resume_from.name} (step {state['step']}, epoch {state['epoch']}, "
+                f"{state['elapsed_seconds'] / 60:.1f} min of the time budget spent)"
+            )
         else:
             log("--resume_from_checkpoint: no checkpoint found, starting from scratch")
     if accelerator.is_main_process:
         write_json_atomically(output_dir / "train_config.json", dataclasses.asdict(config))
     if config.report_to:
-        accelerator.init_trackers("vanilla_transformer", config={k: str(v) for k, v in dataclasses.asdict(config).items()})
+        accelerator.init_trackers(
+            "vanilla_transformer", config={k: str(v) for k, v in dataclasses.asdict(config).items()}
+        )
 
     model.train()
-    log(f"training from step {state['step']} to step {config.max_steps}"
-        + (f" or {config.max_minutes:g} minutes" if config.max_minutes else ""))  # fmt: skip
+    log(
+        f"training from step {state['step']} to step {config.max_steps}"
+        + (f" or {config.max_minutes:g} minutes" if config.max_minutes else "")
+    )
     # The time budget counts every run of this training: a resumed run goes on from where its checkpoint stopped.
     budget_start = start_time - state["elapsed_seconds"]
-    bar = _progress_bar(config, state["step"], budget_start, show=not config.disable_tqdm and accelerator.is_local_main_process)
+    bar = _progress_bar(
+        config, state["step"], budget_start, show=not config.disable_tqdm and accelerator.is_local_main_process
+    )
     deadline = budget_start + config.max_minutes * 60 if config.max_minutes else None
     # Sums since the last record, kept on the device: a step reads nothing back (it would wait for the device);
     # they are read at logging steps and before each checkpoint.
@@ -354,7 +398,9 @@ def train(config: TrainConfig) -> dict:
         # the update does not depend on how the batch is split; DDP averages over processes, hence the
         # factor num_processes. The count stays on the device.
         local = sum(_target_tokens(train_split, indices) for indices in micro_indices)
-        global_tokens = sum_over_processes(accelerator, torch.full((), float(local), dtype=torch.float64, device=accelerator.device))
+        global_tokens = sum_over_processes(
+            accelerator, torch.full((), float(local), dtype=torch.float64, device=accelerator.device)
+        )
         for i, batch in enumerate(micro):
             # non_blocking: a copy to a GPU that does not wait for the GPU's queued work (a no-op on the CPU)
             batch = {key: value.to(accelerator.device, non_blocking=True) for key, value in batch.items()}
@@ -394,8 +440,14 @@ def train(config: TrainConfig) -> dict:
             # All processes stop together, and before a checkpoint: none holds the updates of a non-finite loss.
             if any_process(accelerator, not math.isfinite(sums[0])):
                 newest = (list_checkpoints(checkpoint_dir) or [None])[-1]
-                kept = f"the newest checkpoint, {newest}, is from before it" if newest else "no checkpoint was written yet"
-                steps = f"step {state['step']}" if unchecked_from == state["step"] else f"steps {unchecked_from}-{state['step']}"
+                kept = (
+                    f"the newest checkpoint, {newest}, is from before it" if newest else "no checkpoint was written yet"
+                )
+                steps = (
+                    f"step {state['step']}"
+                    if unchecked_from == state["step"]
+                    else f"steps {unchecked_from}-{state['step']}"
+                )
                 raise FloatingPointError(
                     f"Non-finite training loss in {steps}, found before any checkpoint of it was written; {kept}. "
                     f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume_from_checkpoint; with fp16, use bf16."
@@ -403,17 +455,31 @@ def train(config: TrainConfig) -> dict:
             unchecked_from = state["step"] + 1
         if logging_step:
             tokens = max(sums[2], 1.0)
-            record = {"step": state["step"], "train_loss": sums[0] / tokens,
-                      "train_nll": sums[1] / tokens, "lr": scheduler.get_last_lr()[0],
-                      "target_tokens_per_s": state["target_tokens"] / max(state["loop_seconds"], 1e-9)}  # fmt: skip
+            record = {
+                "step": state["step"],
+                "train_loss": sums[0] / tokens,
+                "train_nll": sums[1] / tokens,
+                "lr": scheduler.get_last_lr()[0],
+                "target_tokens_per_s": state["target_tokens"] / max(state["loop_seconds"], 1e-9),
+            }
             window.zero_()
             bar.set_postfix(loss=f"{record['train_loss']:.3f}", lr=f"{record['lr']:.2e}")
         if state["step"] % config.eval_steps == 0 or stop_reason:
             test_delay("evaluate", accelerator.process_index)
-            record = {**(record or {"step": state["step"]}), **_validation_loss(model, valid_split, config, accelerator, pad_id)}
+            record = {
+                **(record or {"step": state["step"]}),
+                **_validation_loss(model, valid_split, config, accelerator, pad_id),
+            }
             record.update(_validation_bleu(model, tokenizer, valid_split, config, accelerator))
             if config.attention_pictures is not None and accelerator.is_main_process:
-                _attention_pictures(model, tokenizer, valid_split, config, accelerator, output_dir / "pictures" / f"step-{state['step']}")
+                _attention_pictures(
+                    model,
+                    tokenizer,
+                    valid_split,
+                    config,
+                    accelerator,
+                    output_dir / "pictures" / f"step-{state['step']}",
+                )
             log(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
         if record is not None:
             state["history"].append(record)
@@ -433,7 +499,9 @@ def train(config: TrainConfig) -> dict:
     if accelerator.is_main_process and config.push_to_hub:
         log(f"uploading {summary['final_dir']} to the Hub repository {config.hub_model_id}")
         try:
-            summary["hub_commit"] = push_folder_to_hub(summary["final_dir"], config.hub_model_id, private=config.hub_private_repo)
+            summary["hub_commit"] = push_folder_to_hub(
+                summary["final_dir"], config.hub_model_id, private=config.hub_private_repo
+            )
         except Exception as error:
             raise RuntimeError(
                 f"Training finished and {summary['final_dir']} is complete, but the upload to {config.hub_model_id} "
@@ -452,7 +520,9 @@ def _check_hub_upload_possible(repo_id: str) -> None:
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
-        raise ValueError(f"push_to_hub={repo_id!r} needs the network, but HF_HUB_OFFLINE is set; unset it or drop the option.")
+        raise ValueError(
+            f"push_to_hub={repo_id!r} needs the network, but HF_HUB_OFFLINE is set; unset it or drop the option."
+        )
     if huggingface_hub.get_token() is None:
         raise ValueError(
             f"push_to_hub={repo_id!r} needs a Hugging Face token with write access: run `hf auth login` or set HF_TOKEN."
@@ -511,10 +581,12 @@ def emulated_bf16_warning(mixed_precision: str, device: torch.device) -> str | N
     """The warning for bf16 asked for on a CPU that has no bf16 units, or None."""
     if mixed_precision != "bf16" or device.type != "cpu" or cpu_has_bf16_units():
         return None
-    return (f"warning: mixed precision bf16 on a CPU without bf16 units ({torch.backends.cpu.get_cpu_capability()}, no AMX "
-            f"or AVX512-BF16): torch emulates bf16, and a training step of benchmarks/multi30k.py's model took about 20 "
-            f"times as long as in fp32 on such a CPU (docs/benchmarks.md). Use --mixed_precision no, or auto, which "
-            f"picks bf16 only where the CPU has the units.")  # fmt: skip
+    return (
+        f"warning: mixed precision bf16 on a CPU without bf16 units ({torch.backends.cpu.get_cpu_capability()}, no AMX "
+        f"or AVX512-BF16): torch emulates bf16, and a training step of benchmarks/multi30k.py's model took about 20 "
+        f"times as long as in fp32 on such a CPU (docs/benchmarks.md). Use --mixed_precision no, or auto, which "
+        f"picks bf16 only where the CPU has the units."
+    )
 
 
 def _refuse_sharding(accelerator) -> None:
@@ -594,7 +666,9 @@ def _check_resume_compatible(checkpoint: Path, model) -> None:
 
 def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir, output_dir) -> dict:
     """Average the last checkpoints (§6.1), save the Hub-ready folder, score the test split."""
-    summary: dict[str, Any] = {key: state[key] for key in ("step", "epoch", "step_in_epoch", "target_tokens", "loop_seconds")}
+    summary: dict[str, Any] = {
+        key: state[key] for key in ("step", "epoch", "step_in_epoch", "target_tokens", "loop_seconds")
+    }
     summary["processes"] = accelerator.num_processes
     unwrapped = accelerator.unwrap_model(model)
 
@@ -616,10 +690,17 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
         summary.update({k: v for k, v in last.items() if k.startswith("valid_")})
         if config.test_split and config.test_split in splits:
             test = splits[config.test_split]
-            result = evaluate_model(unwrapped, tokenizer, test.sources, test.targets,
-                                    hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.target_lang}",
-                                    progress=not config.disable_tqdm)  # fmt: skip
-            summary["test"] = {k: result[k] for k in ("bleu", "bleu_signature", "chrf", "chrf_signature", "n", "seconds")}
+            result = evaluate_model(
+                unwrapped,
+                tokenizer,
+                test.sources,
+                test.targets,
+                hypotheses_path=output_dir / f"{config.test_split}.hyp.{config.target_lang}",
+                progress=not config.disable_tqdm,
+            )
+            summary["test"] = {
+                k: result[k] for k in ("bleu", "bleu_signature", "chrf", "chrf_signature", "n", "seconds")
+            }
         write_model_card(final_dir, config=config, model_config=unwrapped.config, summary=summary)
         summary["final_dir"] = str(final_dir)
 

@@ -44,7 +44,9 @@ def check_config_overrides(overrides: dict[str, Any], where: str = "model settin
     """Refuse a name that is not a setting of :class:`VanillaTransformerConfig` (which would keep it as an unused
     attribute, so that a typo such as ``d_modl`` would train the preset's size and be saved in ``config.json``)."""
     if not isinstance(overrides, dict):
-        raise ValueError(f"{where} must be a mapping of setting names to values, e.g. {{\"d_model\": 256}}; got {overrides!r}.")
+        raise ValueError(
+            f'{where} must be a mapping of setting names to values, e.g. {{"d_model": 256}}; got {overrides!r}.'
+        )
     known = {field.name for field in dataclasses.fields(VanillaTransformerConfig)} | {"attn_implementation"}
     for name in overrides:
         if name not in known:
@@ -87,7 +89,9 @@ class TrainConfig:
         default=128, help="pairs longer than this many tokens on either side are dropped (and counted), never cut"
     )
     # tokenizer: an existing folder, or a joint BPE trained on the training data
-    tokenizer_name: str | None = HfArg(default=None, help="a saved tokenizer folder; none: a joint BPE trained on the data")
+    tokenizer_name: str | None = HfArg(
+        default=None, help="a saved tokenizer folder; none: a joint BPE trained on the data"
+    )
     vocab_size: int = HfArg(default=8000, help="size of the joint BPE vocabulary trained without --tokenizer_name")
     # model: a preset of Table 3 plus overrides, or a saved model to continue from
     preset: str = HfArg(default="base", help="model sizes of Table 3", metadata={"choices": PRESETS})
@@ -97,7 +101,9 @@ class TrainConfig:
         help='model settings in place of the preset\'s, as JSON, e.g. \'{"d_model": 256, "dropout": 0.3}\'; '
         "each must be a setting of VanillaTransformerConfig",
     )
-    model_name_or_path: str | None = HfArg(default=None, help="a saved model folder to start from instead of a new preset")
+    model_name_or_path: str | None = HfArg(
+        default=None, help="a saved model folder to start from instead of a new preset"
+    )
     # optimisation (§5.3, §5.4)
     max_tokens: int = HfArg(
         default=4096, help="padded tokens per batch and side, per process (the paper: ~25,000 per step on 8 GPUs)"
@@ -130,7 +136,9 @@ class TrainConfig:
     # evaluation
     logging_steps: int = HfArg(default=50, help="record training loss, NLL, learning rate and tokens/s every N steps")
     eval_steps: int = HfArg(default=500, help="validation loss and BLEU every N steps")
-    eval_bleu_sentences: int = HfArg(default=200, help="validation sentences translated (beam search) at each evaluation")
+    eval_bleu_sentences: int = HfArg(
+        default=200, help="validation sentences translated (beam search) at each evaluation"
+    )
     generation_num_beams: int = HfArg(default=4, help="beam size of those translations")
     attention_pictures: int | None = HfArg(
         default=None,
@@ -138,7 +146,9 @@ class TrainConfig:
         "OUTPUT_DIR/pictures/step-N/ (needs matplotlib)",
     )
     # checkpoints and output
-    output_dir: str = HfArg(default="outputs/run", help="folder of the run: tokenizer, checkpoints, final model, results")
+    output_dir: str = HfArg(
+        default="outputs/run", help="folder of the run: tokenizer, checkpoints, final model, results"
+    )
     save_steps: int = HfArg(default=500, help="write a checkpoint every N steps, and at the end")
     save_total_limit: int = HfArg(default=5, help="checkpoints kept; older ones are deleted")
     average_last: int = HfArg(default=5, help="the final model averages this many last checkpoints (§6.1: 5)")
@@ -192,14 +202,18 @@ class TrainConfig:
                 f"loss and BLEU during training), e.g. --validation_file valid.tsv."
             )
         if self.push_to_hub and self.hub_model_id is None:
-            raise ValueError("TrainConfig: push_to_hub needs hub_model_id, the repository to upload to (e.g. your-name/my-model).")
+            raise ValueError(
+                "TrainConfig: push_to_hub needs hub_model_id, the repository to upload to (e.g. your-name/my-model)."
+            )
         if self.hub_model_id is not None:
             from huggingface_hub.utils import HFValidationError, validate_repo_id
 
             try:
                 validate_repo_id(self.hub_model_id)
             except HFValidationError as error:
-                raise ValueError(f"TrainConfig: hub_model_id={self.hub_model_id!r} is not a Hub repository id: {error}") from None
+                raise ValueError(
+                    f"TrainConfig: hub_model_id={self.hub_model_id!r} is not a Hub repository id: {error}"
+                ) from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **overrides: Any) -> TrainConfig:
@@ -267,7 +281,9 @@ def options_from_file(path: str | os.PathLike) -> dict[str, Any]:
         try:
             values = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {error.lineno}, column {error.colno}: not valid JSON ({error.msg}).") from None
+            raise ValueError(
+                f"{path}, line {error.lineno}, column {error.colno}: not valid JSON ({error.msg})."
+            ) from None
     values = {} if values is None else values
     if not isinstance(values, dict):
         raise ValueError(f"{path}: expected a mapping of option names to values, found a {type(values).__name__}.")
@@ -275,11 +291,15 @@ def options_from_file(path: str | os.PathLike) -> dict[str, Any]:
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     unknown = set(values) - set(fields)
     if unknown:
-        raise ValueError(f"{path}: unknown training option(s) {sorted(unknown)}; `vanilla-transformer train --help` lists them.")
+        raise ValueError(
+            f"{path}: unknown training option(s) {sorted(unknown)}; `vanilla-transformer train --help` lists them."
+        )
     hints = typing.get_type_hints(TrainConfig)
     for name, value in values.items():
         if not _has_type(value, hints[name]):
-            raise ValueError(f"{path}: {name} = {value!r} is a {type(value).__name__}, but {name} takes {_type_name(hints[name])}.")
+            raise ValueError(
+                f"{path}: {name} = {value!r} is a {type(value).__name__}, but {name} takes {_type_name(hints[name])}."
+            )
     check_config_overrides(values.get("config_overrides", {}), f"{path}: config_overrides")
     return values
 

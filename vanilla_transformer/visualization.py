@@ -80,7 +80,9 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as error:
-        raise ImportError("Pictures need matplotlib: pip install -e '.[viz]' in a clone of this package (or pip install matplotlib).") from error
+        raise ImportError(
+            "Pictures need matplotlib: pip install -e '.[viz]' in a clone of this package (or pip install matplotlib)."
+        ) from error
 
 
 def _figure(width: float, height: float):
@@ -152,7 +154,10 @@ def architecture(model) -> dict[str, Any]:
         scaled = stack.embed_scale != 1.0
         positions = "Positional Encoding" if config.position_embedding_type == "sinusoidal" else "Learned Positions"
         stacks[side] = {
-            "inputs": [("Input" if side == "encoder" else "Output") + " Embedding" + (" × √d_model" if scaled else ""), positions],
+            "inputs": [
+                ("Input" if side == "encoder" else "Output") + " Embedding" + (" × √d_model" if scaled else ""),
+                positions,
+            ],
             "layer": _layer_blocks(stack.layers[0]),
             "layers": len(stack.layers),
             "final_norm": stack.layer_norm is not None,
@@ -162,8 +167,12 @@ def architecture(model) -> dict[str, Any]:
     return {
         **stacks,
         "shared_output_matrix": shared,
-        "sizes": {"d_model": config.d_model, "heads": config.encoder_attention_heads, "d_ff": config.encoder_ffn_dim,
-                  "vocab": config.vocab_size},  # fmt: skip
+        "sizes": {
+            "d_model": config.d_model,
+            "heads": config.encoder_attention_heads,
+            "d_ff": config.encoder_ffn_dim,
+            "vocab": config.vocab_size,
+        },
     }
 
 
@@ -183,8 +192,15 @@ def plot_architecture(path: str | Path, model) -> dict[str, Any]:
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     plan = architecture(model)
-    colours = {"Attention": "#fbe3c4", "Feed Forward": "#cfe8f7", "Norm": "#f6f3b5", "Add": "#f6f3b5",
-               "Embedding": "#f7d0d0", "Linear": "#dcd0f0", "Softmax": "#d4efd4"}  # fmt: skip
+    colours = {
+        "Attention": "#fbe3c4",
+        "Feed Forward": "#cfe8f7",
+        "Norm": "#f6f3b5",
+        "Add": "#f6f3b5",
+        "Embedding": "#f7d0d0",
+        "Linear": "#dcd0f0",
+        "Softmax": "#d4efd4",
+    }
     width, height, gap = 3.4, 0.55, 0.3
     texts: list[str] = []
     fig = _figure(9.5, 11)
@@ -193,14 +209,25 @@ def plot_architecture(path: str | Path, model) -> dict[str, Any]:
 
     def box(x, y, label):
         colour = next((c for key, c in colours.items() if key in label), "#eeeeee")
-        ax.add_patch(FancyBboxPatch((x - width / 2, y), width, height, boxstyle="round,pad=0.02,rounding_size=0.1",
-                                    facecolor=colour, edgecolor="#444444", linewidth=1))  # fmt: skip
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - width / 2, y),
+                width,
+                height,
+                boxstyle="round,pad=0.02,rounding_size=0.1",
+                facecolor=colour,
+                edgecolor="#444444",
+                linewidth=1,
+            )
+        )
         ax.text(x, y + height / 2, label, ha="center", va="center", fontsize=9.5)
         texts.append(label)
         return y + height
 
     def arrow(start, end, **style):
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11, color="#333333", linewidth=1.1, **style))
+        ax.add_patch(
+            FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11, color="#333333", linewidth=1.1, **style)
+        )
 
     def stack(x, side, caption):
         """Draw one stack bottom up; return the y of its top and the y of each box's middle, by label index."""
@@ -214,7 +241,14 @@ def plot_architecture(path: str | Path, model) -> dict[str, Any]:
         arrow((x, y), (x, y + gap))
         ax.text(x, y + gap + 0.12, "+", ha="center", va="center", fontsize=15)  # embeddings + positions
         outside = -1 if side == "encoder" else 1  # labels and residual paths on the outer side of each stack
-        ax.text(x + outside * 0.3, y + gap + 0.12, s["inputs"][1], ha="left" if outside > 0 else "right", va="center", fontsize=9)
+        ax.text(
+            x + outside * 0.3,
+            y + gap + 0.12,
+            s["inputs"][1],
+            ha="left" if outside > 0 else "right",
+            va="center",
+            fontsize=9,
+        )
         texts.append(s["inputs"][1])
         y += gap + 0.25
         layer_bottom = y + gap / 2
@@ -227,16 +261,36 @@ def plot_architecture(path: str | Path, model) -> dict[str, Any]:
             middles.append((label, bottom + height / 2))
             if label.startswith("Add"):  # the residual: from below the sub-layer (and its norm) to the sum
                 side_x = x + (width / 2 + 0.25) * outside
-                ax.plot([x, side_x, side_x], [residual_from, residual_from, bottom + height / 2], color="#777777", linewidth=1)
+                ax.plot(
+                    [x, side_x, side_x],
+                    [residual_from, residual_from, bottom + height / 2],
+                    color="#777777",
+                    linewidth=1,
+                )
                 arrow((side_x, bottom + height / 2), (x + (width / 2) * outside, bottom + height / 2))
                 residual_from = y + gap / 2
         frame_top = y + gap / 2
-        ax.add_patch(FancyBboxPatch((x - width / 2 - 0.45, layer_bottom), width + 0.9, frame_top - layer_bottom,
-                                    boxstyle="round,pad=0.05,rounding_size=0.2", facecolor="none", edgecolor="#888888",
-                                    linewidth=1.2))  # fmt: skip
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - width / 2 - 0.45, layer_bottom),
+                width + 0.9,
+                frame_top - layer_bottom,
+                boxstyle="round,pad=0.05,rounding_size=0.2",
+                facecolor="none",
+                edgecolor="#888888",
+                linewidth=1.2,
+            )
+        )
         count = f"{s['layers']}×"
-        ax.text(x + outside * (width / 2 + 0.75), (layer_bottom + frame_top) / 2, count,
-                ha="center", va="center", fontsize=13, weight="bold")  # fmt: skip
+        ax.text(
+            x + outside * (width / 2 + 0.75),
+            (layer_bottom + frame_top) / 2,
+            count,
+            ha="center",
+            va="center",
+            fontsize=13,
+            weight="bold",
+        )
         texts.append(count)
         if s["final_norm"]:
             arrow((x, frame_top), (x, frame_top + gap))
@@ -250,8 +304,12 @@ def plot_architecture(path: str | Path, model) -> dict[str, Any]:
     decoder_top, decoder_middles = stack(decoder_x, "decoder", "Outputs (target tokens, shifted right)")
     cross = next(middle for label, middle in decoder_middles if "K, V" in label)
     route_y = encoder_top + 0.35  # the encoder's output goes up, across, and into every decoder layer
-    ax.plot([encoder_x, encoder_x, (encoder_x + decoder_x) / 2, (encoder_x + decoder_x) / 2],
-            [encoder_top, route_y, route_y, cross], color="#333333", linewidth=1.1)  # fmt: skip
+    ax.plot(
+        [encoder_x, encoder_x, (encoder_x + decoder_x) / 2, (encoder_x + decoder_x) / 2],
+        [encoder_top, route_y, route_y, cross],
+        color="#333333",
+        linewidth=1.1,
+    )
     arrow(((encoder_x + decoder_x) / 2, cross), (decoder_x - width / 2, cross))
     ax.text(encoder_x, route_y + 0.12, "encoder output (K, V)", ha="center", va="bottom", fontsize=8.5)
     texts.append("encoder output (K, V)")
@@ -264,8 +322,10 @@ def plot_architecture(path: str | Path, model) -> dict[str, Any]:
     ax.text(decoder_x, y + gap + 0.05, "Output probabilities", ha="center", va="bottom", fontsize=10, style="italic")
     texts.append("Output probabilities")
     sizes = plan["sizes"]
-    title = (f"The Transformer (Figure 1), read off this model: d_model {sizes['d_model']}, {sizes['heads']} heads, "
-             f"d_ff {sizes['d_ff']}, vocabulary {sizes['vocab']:,}")  # fmt: skip
+    title = (
+        f"The Transformer (Figure 1), read off this model: d_model {sizes['d_model']}, {sizes['heads']} heads, "
+        f"d_ff {sizes['d_ff']}, vocabulary {sizes['vocab']:,}"
+    )
     ax.set_title(title, fontsize=10.5)
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.2, y + gap + 0.6)
@@ -312,10 +372,16 @@ def plot_positional_encoding(
     fig = _figure(15, 5)
     heat, lines = fig.subplots(1, 2, width_ratios=[1.25, 1])
     limit = 1.0 if not learned else float(encoding.abs().max())
-    image = heat.imshow(_numpy(encoding), aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="antialiased")
+    image = heat.imshow(
+        _numpy(encoding), aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="antialiased"
+    )
     heat.set_xlabel("dimension i (even: sine, odd: cosine)")
     heat.set_ylabel("position")
-    kind = "learned position embeddings" if learned else "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))"
+    kind = (
+        "learned position embeddings"
+        if learned
+        else "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))"
+    )
     heat.set_title(f"Positional encodings (§3.5), d_model = {d_model}\n{kind}", fontsize=10)
     fig.colorbar(image, ax=heat, label="value added to the embedding", shrink=0.9)
     positions = torch.arange(num_positions).numpy()
@@ -374,8 +440,12 @@ def plot_masks(
     batch_size, seq_len = attention_mask.shape
     config = _eager_config(config)
     inputs_embeds = torch.zeros(batch_size, seq_len, 1)  # only its shape, dtype and device are read
-    causal = create_causal_mask(config=config, inputs_embeds=inputs_embeds, attention_mask=torch.ones_like(attention_mask), cache=None)
-    padded_causal = create_causal_mask(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=None)
+    causal = create_causal_mask(
+        config=config, inputs_embeds=inputs_embeds, attention_mask=torch.ones_like(attention_mask), cache=None
+    )
+    padded_causal = create_causal_mask(
+        config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=None
+    )
     padding = create_bidirectional_mask(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask)
     if padding is None:  # nothing padded: the model passes no mask at all
         padding = torch.zeros(batch_size, 1, seq_len, seq_len)
@@ -394,10 +464,19 @@ def plot_masks(
     pad_labels = [p if i < length else f"{p} pad" for i, p in enumerate(positions)]
     panels = (
         ("causal", "Decoder self-attention: causal mask\n(no attention to later positions)", positions, positions),
-        ("padding", f"Encoder self-attention: padding mask\n(sentence {index + 1} of a padded batch of {batch_size})",
-         labels[index], labels[index]),
-        ("decoder", "Decoder self-attention of a padded target:\ncausal and padding masks together", pad_labels, pad_labels),
-    )  # fmt: skip
+        (
+            "padding",
+            f"Encoder self-attention: padding mask\n(sentence {index + 1} of a padded batch of {batch_size})",
+            labels[index],
+            labels[index],
+        ),
+        (
+            "decoder",
+            "Decoder self-attention of a padded target:\ncausal and padding masks together",
+            pad_labels,
+            pad_labels,
+        ),
+    )
     fontsize = _label_fontsize(seq_len)
     for ax, (name, title, ylabels, xlabels) in zip(axes, panels):
         image = ax.imshow(_numpy(allowed[name].float()), cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
@@ -436,7 +515,8 @@ def plot_learning_rate(
     """
     steps = torch.arange(1, max_steps + 1)
     curves = {
-        (d, w): torch.tensor([noam_learning_rate(s, d, w) for s in steps.tolist()], dtype=torch.float64) for d, w in settings
+        (d, w): torch.tensor([noam_learning_rate(s, d, w) for s in steps.tolist()], dtype=torch.float64)
+        for d, w in settings
     }
     fig = _figure(12, 5)
     ax = fig.subplots()
@@ -445,10 +525,15 @@ def plot_learning_rate(
         (line,) = ax.plot(steps.numpy(), values.numpy(), linewidth=1.8, label=f"d_model = {d}, warmup = {w}{paper}")
         peak = noam_learning_rate(w, d, w)
         ax.plot([w], [peak], "o", color=line.get_color(), markersize=5)
-        ax.annotate(f"{peak:.2e}", (w, peak), textcoords="offset points", xytext=(6, 4), fontsize=8, color=line.get_color())
+        ax.annotate(
+            f"{peak:.2e}", (w, peak), textcoords="offset points", xytext=(6, 4), fontsize=8, color=line.get_color()
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("learning rate")
-    ax.set_title("Learning rate (§5.3): linear warm-up, then ∝ 1/√step;  lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)", fontsize=10)
+    ax.set_title(
+        "Learning rate (§5.3): linear warm-up, then ∝ 1/√step;  lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)",
+        fontsize=10,
+    )
     ax.set_xlim(0, max_steps)
     ax.set_ylim(0, None)
     ax.grid(alpha=0.3)
@@ -468,7 +553,9 @@ def label_smoothing_distribution(vocab_size: int, gold: int, epsilon: float = 0.
     """
     if not 0 <= gold < vocab_size:
         raise ValueError(f"gold={gold} is not a token id of a vocabulary of {vocab_size}; valid: 0..{vocab_size - 1}.")
-    logits = torch.randn(1, vocab_size, dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    logits = torch.randn(
+        1, vocab_size, dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True
+    )
     loss = F.cross_entropy(logits, torch.tensor([gold]), label_smoothing=epsilon)
     (gradient,) = torch.autograd.grad(loss, logits)
     return (logits.softmax(-1) - gradient).detach()[0]
@@ -495,38 +582,60 @@ def plot_label_smoothing(
     x = torch.arange(len(tokens)).numpy()
     one_hot = torch.zeros(len(tokens))
     one_hot[gold] = 1
-    left.bar(x, _numpy(one_hot), width=0.8, color="none", edgecolor="#999999", linestyle="--", label="one-hot target (ε = 0)")
+    left.bar(
+        x, _numpy(one_hot), width=0.8, color="none", edgecolor="#999999", linestyle="--", label="one-hot target (ε = 0)"
+    )
     left.bar(x, _numpy(small), width=0.55, color="#2b6cb0", label=f"smoothed target (ε = {epsilon:g})")
     left.set_xticks(x, list(tokens), fontsize=9)
     left.set_ylim(0, 1.08)
     left.set_ylabel("target probability")
     v = len(tokens)
-    left.set_title(f"Label smoothing (§5.4): the target for the gold token “{tokens[gold]}”, toy vocabulary of V = {v}\n"
-                   f"1 − ε + ε/V = {small[gold].item():.4f} on the gold token, ε/V = {small[(gold + 1) % v].item():.4f} "
-                   f"on every other one (padding included)", fontsize=10)  # fmt: skip
+    left.set_title(
+        f"Label smoothing (§5.4): the target for the gold token “{tokens[gold]}”, toy vocabulary of V = {v}\n"
+        f"1 − ε + ε/V = {small[gold].item():.4f} on the gold token, ε/V = {small[(gold + 1) % v].item():.4f} "
+        f"on every other one (padding included)",
+        fontsize=10,
+    )
     left.legend(fontsize=9, loc="upper right")
     for i, value in enumerate(small.tolist()):
         if i != gold:
-            left.annotate(f"{value:.3f}", (i, value), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
-    right.semilogy(torch.arange(vocab_size).numpy(), _numpy(large), color="#2b6cb0", linewidth=1.2,
-                   label=f"ε/V on each of the other {vocab_size - 1:,} tokens")
+            left.annotate(
+                f"{value:.3f}", (i, value), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7
+            )
+    right.semilogy(
+        torch.arange(vocab_size).numpy(),
+        _numpy(large),
+        color="#2b6cb0",
+        linewidth=1.2,
+        label=f"ε/V on each of the other {vocab_size - 1:,} tokens",
+    )
     gold_value = large[large_gold].item()
     right.vlines([large_gold], large.min().item(), gold_value, color="#c0392b", linewidth=2)
     right.plot([large_gold], [gold_value], "o", color="#c0392b", label=f"gold token (id {large_gold:,})")
-    right.annotate(f"{gold_value:.6f}", (large_gold, gold_value), textcoords="offset points", xytext=(8, -4), fontsize=9)
+    right.annotate(
+        f"{gold_value:.6f}", (large_gold, gold_value), textcoords="offset points", xytext=(8, -4), fontsize=9
+    )
     right.legend(fontsize=9, loc="center right")
     right.set_xlim(0, vocab_size - 1)
     right.set_ylim(large.min().item() / 5, 2)
     right.set_xlabel("token id")
     right.set_ylabel("target probability (log scale)")
-    right.set_title(f"The same with a real vocabulary, V = {vocab_size:,}:\n"
-                    f"{large[large_gold].item():.6f} on the gold token, ε/V = {large.min().item():.2e} on each other one",
-                    fontsize=10)  # fmt: skip
+    right.set_title(
+        f"The same with a real vocabulary, V = {vocab_size:,}:\n"
+        f"{large[large_gold].item():.6f} on the gold token, ε/V = {large.min().item():.2e} on each other one",
+        fontsize=10,
+    )
     right.grid(alpha=0.3, which="major")
     return {
-        "distribution": small, "tokens": list(tokens), "gold": gold, "epsilon": epsilon,
-        "vocab_size": vocab_size, "large_distribution": large, "large_gold": large_gold, "path": _save(fig, path),
-    }  # fmt: skip
+        "distribution": small,
+        "tokens": list(tokens),
+        "gold": gold,
+        "epsilon": epsilon,
+        "vocab_size": vocab_size,
+        "large_distribution": large,
+        "large_gold": large_gold,
+        "path": _save(fig, path),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -597,8 +706,12 @@ def _check_layer_and_heads(config, layer: int, heads: Sequence[int] | None) -> t
     decoder_layer = _check_index("layer", layer, config.decoder_layers, "decoder")
     encoder_heads = list(range(config.encoder_attention_heads)) if heads is None else heads
     decoder_heads = list(range(config.decoder_attention_heads)) if heads is None else heads
-    encoder_heads = [_check_index("head", h, config.encoder_attention_heads, "encoder's attention") for h in encoder_heads]
-    decoder_heads = [_check_index("head", h, config.decoder_attention_heads, "decoder's attention") for h in decoder_heads]
+    encoder_heads = [
+        _check_index("head", h, config.encoder_attention_heads, "encoder's attention") for h in encoder_heads
+    ]
+    decoder_heads = [
+        _check_index("head", h, config.decoder_attention_heads, "decoder's attention") for h in decoder_heads
+    ]
     if not encoder_heads:
         raise ValueError("heads is empty: give at least one head, or None for all of them.")
     return encoder_layer, decoder_layer, encoder_heads, decoder_heads
@@ -675,7 +788,9 @@ def attention_maps(
         model.eval()
         try:
             kwargs = {**({"num_beams": num_beams} if num_beams is not None else {}), **(generate_kwargs or {})}
-            sequence = model.generate(input_ids.to(device), attention_mask=torch.ones_like(input_ids).to(device), **kwargs)[0].cpu()
+            sequence = model.generate(
+                input_ids.to(device), attention_mask=torch.ones_like(input_ids).to(device), **kwargs
+            )[0].cpu()
         finally:
             model.train(was_training)
         ids = sequence.tolist()
@@ -757,21 +872,41 @@ def plot_attention(
 #: The three kinds of attention maps: (title, query labels, key labels, query axis, key axis), labels by key of
 #: ``attention_maps``' result.
 ATTENTION_KINDS = {
-    "encoder": ("Encoder self-attention", "source_labels", "source_labels", "source token (query)", "source token (key)"),
-    "decoder": ("Decoder (masked) self-attention", "decoder_input_labels", "decoder_input_labels",
-                "decoder input (query)", "decoder input (key)"),
-    "cross": ("Encoder–decoder attention", "output_labels", "source_labels", "predicted target token (query)",
-              "source token (key)"),
-}  # fmt: skip
+    "encoder": (
+        "Encoder self-attention",
+        "source_labels",
+        "source_labels",
+        "source token (query)",
+        "source token (key)",
+    ),
+    "decoder": (
+        "Decoder (masked) self-attention",
+        "decoder_input_labels",
+        "decoder_input_labels",
+        "decoder input (query)",
+        "decoder input (key)",
+    ),
+    "cross": (
+        "Encoder–decoder attention",
+        "output_labels",
+        "source_labels",
+        "predicted target token (query)",
+        "source token (key)",
+    ),
+}
 
 
-def draw_attention(path: str | Path, maps: dict[str, Any], kind: str, heads: Sequence[int] | None = None) -> dict[str, Any]:
+def draw_attention(
+    path: str | Path, maps: dict[str, Any], kind: str, heads: Sequence[int] | None = None
+) -> dict[str, Any]:
     """One kind of ``attention_maps``' result drawn into ``path``: ``kind`` is ``"encoder"`` (encoder
     self-attention), ``"decoder"`` (masked decoder self-attention) or ``"cross"`` (encoder–decoder attention,
     rows labelled with the token each decoder position predicts); ``heads``: head numbers among the maps'
     heads (default: all of them). Returns ``plot_attention``'s ``{"weights", "path"}`` plus ``heads``."""
     if kind not in ATTENTION_KINDS:
-        raise ValueError(f"kind {kind!r} is not a kind of attention map; use one of {', '.join(map(repr, ATTENTION_KINDS))}.")
+        raise ValueError(
+            f"kind {kind!r} is not a kind of attention map; use one of {', '.join(map(repr, ATTENTION_KINDS))}."
+        )
     stack = "encoder" if kind == "encoder" else "decoder"
     available = list(maps["heads"][stack])
     heads = available if heads is None else list(heads)
@@ -783,9 +918,19 @@ def draw_attention(path: str | Path, maps: dict[str, Any], kind: str, heads: Seq
     index, count = maps["layer"][stack], maps["num_layers"][stack]
     where = f"layer {index} (layers 0–{count - 1}), {'heads' if len(heads) > 1 else 'head'} {_ranges(heads)}"
     extra = "; each row is labelled with the token it predicts" if kind == "cross" else ""
-    pair = f"“{_shorten(maps['source'])}” → “{_shorten(maps['target'])}”" + (" (the model's translation)" if maps["generated"] else "")
-    drawn = plot_attention(path, weights, maps[query_key], maps[key_key], f"{title}, {where}{extra}\n{pair}",
-                           heads=heads, query_axis=query_axis, key_axis=key_axis)  # fmt: skip
+    pair = f"“{_shorten(maps['source'])}” → “{_shorten(maps['target'])}”" + (
+        " (the model's translation)" if maps["generated"] else ""
+    )
+    drawn = plot_attention(
+        path,
+        weights,
+        maps[query_key],
+        maps[key_key],
+        f"{title}, {where}{extra}\n{pair}",
+        heads=heads,
+        query_axis=query_axis,
+        key_axis=key_axis,
+    )
     return {**drawn, "heads": heads}
 
 
@@ -845,11 +990,19 @@ def draw_all(
         raise ValueError("The attention maps need the model's tokenizer and a source sentence.")
     if model is not None:  # fail on a bad layer / head before drawing anything
         _check_layer_and_heads(model.config, layer, heads)
-    paths = [plot_architecture(output_dir / FILES["architecture"], model if model is not None else _paper_base_model())["path"]]
+    paths = [
+        plot_architecture(output_dir / FILES["architecture"], model if model is not None else _paper_base_model())[
+            "path"
+        ]
+    ]
     paths.append(plot_positional_encoding(output_dir / FILES["positional_encoding"], model=model)["path"])
     if tokenizer is not None and source is not None:
-        masks = plot_masks(output_dir / FILES["masks"], tokenizer, [source, _shorter_sentence(source)],
-                           config=None if model is None else model.config)  # fmt: skip
+        masks = plot_masks(
+            output_dir / FILES["masks"],
+            tokenizer,
+            [source, _shorter_sentence(source)],
+            config=None if model is None else model.config,
+        )
     else:
         masks = plot_masks(output_dir / FILES["masks"])
     paths.append(masks["path"])
