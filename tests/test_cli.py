@@ -261,6 +261,9 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"vanilla-transformer {__version__}"
+    # the version comes from the package metadata, which pyproject.toml sets
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert __version__ == re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)
 
 
 # ------------------------------------------------------------------ translate, evaluate, average

@@ -33,6 +33,8 @@ layer without a circle; ``tests/test_layers.py`` checks every import, including 
 ``examples/``, ``benchmarks/`` and ``scripts/`` sit above the package, which never imports them.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
@@ -48,7 +50,10 @@ from .modeling_vanilla_transformer import (
 from .pipeline_vanilla_transformer import TASK as PIPELINE_TASK
 from .pipeline_vanilla_transformer import VanillaTranslationPipeline
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version (pyproject.toml), so that the two cannot disagree
+    __version__ = version("vanilla-transformer")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def _register() -> None:
