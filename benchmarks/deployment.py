@@ -2,8 +2,11 @@
 
     python benchmarks/multi30k.py --minutes 15 --directions de-en          # a model to serve (or use yours)
     python benchmarks/deployment.py --model outputs/multi30k-de-en-15min/final --bleu
+    python benchmarks/deployment.py --model outputs/tatoeba_en_de/final --bleu --name tatoeba-en-de \
+        --sources data/tatoeba_en_de/test.en.gz --references data/tatoeba_en_de/test.de.gz   # the main job's model
 
-Four engines translate the first ``--sentences`` sentences of Multi30k's test_2016_flickr (de->en):
+Four engines translate the first ``--sentences`` sentences of Multi30k's test_2016_flickr (de->en), or of
+``--sources``:
 
 * ``ours``: this package's ``generate`` (transformers' beam search, the paper's per-sentence limit);
 * ``Marian``: transformers' ``MarianMTModel`` with the same sizes *carrying the same weights* (its position
@@ -15,13 +18,12 @@ Speed is target tokens per second (each output's tokens and its ``</s>``) for be
 greedy search one sentence at a time, each engine's runs taken in turn and the median kept. Memory is the peak
 RSS of a fresh process that loads one engine and translates the beam batches, and that peak minus the RSS after
 the imports (what the model and its decoding add). ``--bleu`` also scores the whole test set with each engine
-(sacreBLEU). Writes benchmarks/results/deployment.{json,md}.
+(sacreBLEU). Writes benchmarks/results/deployment.{json,md}, or deployment-NAME.{json,md} with ``--name``.
 """
 
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from reporting import check_multi30k, multi30k_folder  # benchmarks/reporting.py
+from reporting import check_multi30k, cpu_name, multi30k_folder, read_lines  # benchmarks/reporting.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("ours", "Marian", "CTranslate2 float32", "CTranslate2 int8")
@@ -38,8 +40,7 @@ BEAM, GREEDY = {"num_beams": 4, "batch_size": 32}, {"num_beams": 1, "batch_size"
 
 
 def _read(path: Path, n: int | None = None) -> list[str]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return lines if n is None else lines[:n]
+    return read_lines(path, n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def memory_child(args) -> None:
 
     after_imports = _rss()
     loaded = load_engine(args.memory_child, args.model, json.loads(args.exports), args.threads)
-    runner(args.memory_child, loaded, _read(args.data / "test_2016_flickr.de", args.sentences), BEAM)()
+    runner(args.memory_child, loaded, _read(args.sources, args.sentences), BEAM)()
     print(json.dumps({"peak_rss": _peak_rss(), "after_imports": after_imports}))
 
 
@@ -236,8 +237,8 @@ def memory(args, exports: dict) -> list[dict]:
             __file__,
             "--model",
             str(args.model),
-            "--data",
-            str(args.data),
+            "--sources",
+            str(args.sources),
             "--threads",
             str(args.threads),
             "--sentences",
@@ -271,7 +272,9 @@ def memory(args, exports: dict) -> list[dict]:
 def bleu(args, loaded: dict) -> list[dict]:
     from vanilla_transformer.evaluation import score, translate, translate_with
 
-    sources, references = _read(args.data / "test_2016_flickr.de"), _read(args.data / "test_2016_flickr.en")
+    sources, references = _read(args.sources), _read(args.references)
+    if len(sources) != len(references):
+        raise SystemExit(f"{args.sources} has {len(sources)} lines and {args.references} {len(references)}: not pairs.")
     model, tokenizer = loaded["ours"]
     outputs = {"ours": translate(model, tokenizer, sources, batch_size=32)}
     model.generation_config.early_stopping = True  # transformers stops beam search as CTranslate2 does
@@ -330,7 +333,8 @@ def markdown(results: dict) -> str:
     if results.get("bleu"):
         lines += [
             "",
-            "Whole test set (test_2016_flickr, 1,000 sentences, beam 4, α = 0.6, source + 50):",
+            f"Whole test set ({results['sources']}, {results['bleu'][0]['sentences']:,} sentences, beam 4, α = 0.6, "
+            "source + 50):",
             "",
             "| engine | sacreBLEU | chrF | translations equal to ours |",
             "|---|---|---|---|",
@@ -354,6 +358,11 @@ def main(argv: list[str] | None = None) -> dict:
         default=multi30k_folder(),
         help="Multi30k task 1 files (python scripts/get_multi30k.py puts them in data/multi30k)",
     )
+    parser.add_argument("--sources", type=Path, help="source sentences (.gz too); default: DATA/test_2016_flickr.de")
+    parser.add_argument(
+        "--references", type=Path, help="their references, for --bleu; default: DATA/test_2016_flickr.en"
+    )
+    parser.add_argument("--name", help="writes deployment-NAME.{json,md} (default: deployment.{json,md})")
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count(), help="threads of every engine (default: all cores)"
     )
@@ -366,7 +375,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--memory-child", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--exports", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    check_multi30k(args.data, parser, splits=("test_2016_flickr",), gz=False)
+    if args.sources is None:
+        check_multi30k(args.data, parser, splits=("test_2016_flickr",), gz=False)
+        args.sources = args.data / "test_2016_flickr.de"
+        args.references = args.references or args.data / "test_2016_flickr.en"
+    for given in (args.sources, args.references if args.bleu else None):
+        if given is not None and not given.is_file():
+            parser.error(f"{given} is not a file")
+    if args.bleu and args.references is None:
+        parser.error("--bleu with --sources needs --references")
     if args.memory_child:
         memory_child(args)
         return {}
@@ -380,12 +397,13 @@ def main(argv: list[str] | None = None) -> dict:
             for q in ("float32", "int8")
         }
         loaded = {engine: load_engine(engine, args.model, exports, args.threads) for engine in ENGINES}
-        test = _read(args.data / "test_2016_flickr.de")
+        test = _read(args.sources)
         texts = {"beam": test[: args.sentences], "greedy": test[: args.greedy_sentences]}
         model, tokenizer = loaded["ours"]
         results = {
             "command": "python benchmarks/deployment.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "machine": cpu_name(),
+            "sources": args.sources.name,
             "threads": args.threads,
             "date": time.strftime("%Y-%m-%d"),
             "model": args.model.name if args.model.name != "final" else f"{args.model.parent.name}/final",
@@ -403,8 +421,9 @@ def main(argv: list[str] | None = None) -> dict:
         if args.bleu:
             results["bleu"] = bleu(args, loaded)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    (args.results_dir / "deployment.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (args.results_dir / "deployment.md").write_text(markdown(results), encoding="utf-8")
+    name = "deployment" if args.name is None else f"deployment-{args.name}"
+    (args.results_dir / f"{name}.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (args.results_dir / f"{name}.md").write_text(markdown(results), encoding="utf-8")
     print(markdown(results))
     return results
 

@@ -2,6 +2,7 @@
 
     python benchmarks/kill_resume.py                 # 30 kills: writes benchmarks/results/kill-resume.{json,md,png}
     python benchmarks/kill_resume.py --kills 10 --output /tmp/kr   # what the test suite runs
+    python benchmarks/kill_resume.py --processes 2 --kills 10      # 2 processes: kill-resume-2processes.*
 
 The procedure, on a tiny model and 2,000 pairs of the bundled Tatoeba corpus (CPU, one thread, so
 that every run is deterministic):
@@ -22,8 +23,14 @@ that every run is deterministic):
 3. At the end, the last checkpoint and the averaged ``final/model.safetensors`` must be bit-identical
    to the reference's.
 
+With ``--processes N`` (N > 1) every run, the reference included, is ``torchrun --nproc_per_node N`` on the CPU
+(gloo, one thread per process), and each kill sends SIGKILL to the whole job at once: torchrun and every
+worker, as a scheduler's preemption or a lost machine would. The reference is then an uninterrupted run with
+the same number of processes.
+
 No well-kept library offers such a fault-injection harness for training loops (pytest-timeout and
-hypothesis do not kill and resume processes), so it is written here with ``subprocess`` and ``os.kill``.
+hypothesis do not kill and resume processes), so it is written here with ``subprocess`` and ``psutil`` (which
+accelerate already depends on).
 """
 
 from __future__ import annotations
@@ -108,10 +115,11 @@ def _environment() -> dict:
     }
 
 
-def _start(config_path: Path, log_path: Path) -> subprocess.Popen:
+def _start(config_path: Path, log_path: Path, processes: int = 1) -> subprocess.Popen:
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m"]
     command = [
         sys.executable,
-        "-m",
+        *(launcher if processes > 1 else ["-m"]),
         "vanilla_transformer",
         "train",
         "--config",
@@ -120,6 +128,24 @@ def _start(config_path: Path, log_path: Path) -> subprocess.Popen:
     ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_environment(), cwd=ROOT)
+
+
+def _kill_job(process: subprocess.Popen) -> None:
+    """SIGKILL to ``process`` and every process under it (torchrun's workers live in sessions of their own,
+    so a process group would miss them): the children are listed first, then all are killed together."""
+    import psutil
+
+    try:
+        job = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        job = []
+    for member in reversed(job):  # the workers, then torchrun: one after the other, within microseconds
+        try:
+            member.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    process.wait()
+    psutil.wait_procs(job[1:], timeout=30)
 
 
 def _wait_for_text(path: Path, text: str, offset: int, process: subprocess.Popen, timeout: float = 300) -> bool:
@@ -162,7 +188,9 @@ def check_checkpoints(run: Path, reference: Path) -> list[int]:
     return steps
 
 
-def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every: int = 4, seed: int = 0) -> dict:
+def kill_and_resume(
+    workdir: Path, kills: int = 30, steps: int = 200, save_every: int = 4, seed: int = 0, processes: int = 1
+) -> dict:
     """Run the whole procedure in ``workdir``; returns a report (raises AssertionError on any mismatch)."""
     rng = random.Random(seed)
     corpus = write_corpus(workdir / "corpus")
@@ -171,7 +199,7 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
     reference = workdir / "reference"
     (workdir / "reference.json").write_text(json.dumps(run_config(corpus, reference, steps, save_every, 10**6, None)))
     started = time.monotonic()
-    process = _start(workdir / "reference.json", workdir / "reference.log")
+    process = _start(workdir / "reference.json", workdir / "reference.log", processes)
     if process.wait() != 0:
         raise RuntimeError(f"the reference run failed:\n{(workdir / 'reference.log').read_text()[-3000:]}")
     reference_seconds = time.monotonic() - started
@@ -186,7 +214,7 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
         offset = log_path.stat().st_size if log_path.exists() else 0
         leftovers = set(_temporary_folders(run / "checkpoints"))
         resumed_from = (list_checkpoints(run / "checkpoints") or [None])[-1]
-        process = _start(config_path, log_path)
+        process = _start(config_path, log_path, processes)
         event = {
             "start": time.monotonic() - t0,
             "resumed_from": resumed_from.name if resumed_from else None,
@@ -213,8 +241,7 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
             event.update(kind="finish", end=time.monotonic() - t0)
             events.append(event)
             break
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
+        _kill_job(process)
         during = [name for name in _temporary_folders(run / "checkpoints")]
         event.update(kind=kind, end=time.monotonic() - t0, during=during, complete=check_checkpoints(run, reference))
         if leftovers and f"ignoring incomplete checkpoint {sorted(leftovers)[0]}" not in log_path.read_bytes()[
@@ -232,6 +259,7 @@ def kill_and_resume(workdir: Path, kills: int = 30, steps: int = 200, save_every
         raise AssertionError("the averaged final model differs from the uninterrupted run's")
     killed = [e for e in events if e["kind"] != "finish"]
     return {
+        "processes": processes,
         "steps": steps,
         "save_every": save_every,
         "kills": len(killed),
@@ -269,7 +297,8 @@ def draw(report: dict, path: Path) -> None:
     ax.set_xlabel("wall-clock seconds (each restart includes ~3-5 s of start-up)")
     ax.set_ylabel("training step")
     ax.set_title(
-        f"{report['kills']} kills, {report['resumes']} resumes: final weights bit-identical to an "
+        f"{report['processes']} process(es), {report['kills']} kills of the whole job, {report['resumes']} resumes: "
+        "final weights bit-identical to an "
         f"uninterrupted run: {report['final_bit_identical']}",
         fontsize=9,
     )
@@ -286,28 +315,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--save-every", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--processes", type=int, default=1, help="processes per run (torchrun, gloo) when above 1")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results", help="where the report goes")
     parser.add_argument("--workdir", type=Path, default=ROOT / "outputs" / "kill-resume")
     args = parser.parse_args(argv)
-    if args.kills < 1 or args.steps < 2 * args.save_every:
-        parser.error("--kills must be >= 1 and --steps at least twice --save-every")
+    if args.kills < 1 or args.steps < 2 * args.save_every or args.processes < 1:
+        parser.error("--kills and --processes must be >= 1 and --steps at least twice --save-every")
     if args.workdir.exists():
         import shutil
 
         shutil.rmtree(args.workdir)
     report = kill_and_resume(
-        args.workdir, kills=args.kills, steps=args.steps, save_every=args.save_every, seed=args.seed
+        args.workdir,
+        kills=args.kills,
+        steps=args.steps,
+        save_every=args.save_every,
+        seed=args.seed,
+        processes=args.processes,
     )
     args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "kill-resume.json").write_text(json.dumps(report, indent=2) + "\n")
-    draw(report, args.output / "kill-resume.png")
+    name = "kill-resume" if args.processes == 1 else f"kill-resume-{args.processes}processes"
+    (args.output / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    draw(report, args.output / f"{name}.png")
     summary = {k: v for k, v in report.items() if k != "events"}
     lines = [
         "| " + " | ".join(summary) + " |",
         "|" + "---|" * len(summary),
         "| " + " | ".join(f"{v:.0f}" if isinstance(v, float) else str(v) for v in summary.values()) + " |",
     ]
-    (args.output / "kill-resume.md").write_text("\n".join(lines) + "\n")
+    (args.output / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return report
 

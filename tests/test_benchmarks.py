@@ -1,6 +1,7 @@
 """The benchmark scripts run (tiny sizes, one repeat) so that they cannot rot."""
 
 import dataclasses
+import gzip
 import json
 import math
 import shutil
@@ -264,10 +265,9 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
 
     de = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch.", "Kinder spielen."]
     en = ["A man rides a bike.", "Two dogs play in the snow.", "A woman reads a book.", "Children play."]
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "test_2016_flickr.de").write_text("\n".join(de) + "\n")
-    (data / "test_2016_flickr.en").write_text("\n".join(en) + "\n")
+    with gzip.open(tmp_path / "test.de.gz", "wt", encoding="utf-8") as f:  # a corpus of one's own, gzipped
+        f.write("\n".join(de) + "\n")
+    (tmp_path / "test.en").write_text("\n".join(en) + "\n")
     tokenizer = train_joint_bpe(de + en, vocab_size=300, min_frequency=1)
     model = tiny_model(vocab_size=len(tokenizer))
     model.generation_config.source_length_offset = 4  # an untrained model rarely stops
@@ -277,8 +277,12 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
         [
             "--model",
             str(tmp_path / "model"),
-            "--data",
-            str(data),
+            "--sources",
+            str(tmp_path / "test.de.gz"),
+            "--references",
+            str(tmp_path / "test.en"),
+            "--name",
+            "tiny",
             "--sentences",
             "4",
             "--greedy-sentences",
@@ -302,9 +306,10 @@ def test_deployment_benchmark_smoke_run_compares_the_engines_on_the_same_work(tm
     assert (
         bleu["CTranslate2 float32"]["same_as_ours"] == 4 and bleu["ours"]["bleu"] == bleu["CTranslate2 float32"]["bleu"]
     )
-    table = (tmp_path / "results" / "deployment.md").read_text()
+    table = (tmp_path / "results" / "deployment-tiny.md").read_text()
     assert "CTranslate2 int8" in table and "vs MarianMTModel" in table and "sacreBLEU" in table
-    assert json.loads((tmp_path / "results" / "deployment.json").read_text())["speed"] == results["speed"]
+    assert "Whole test set (test.de.gz, 4 sentences" in table
+    assert json.loads((tmp_path / "results" / "deployment-tiny.json").read_text())["speed"] == results["speed"]
 
 
 def test_ctranslate2_batching_benchmark_compares_the_mixed_batches_with_the_exact_path(tmp_path):
@@ -345,6 +350,7 @@ def test_ctranslate2_batching_benchmark_compares_the_mixed_batches_with_the_exac
     )
     for row in report["quantizations"].values():
         assert row["sentences"] == 4 and row["identical"] == 4 and row["redecoded"] == 4 and row["differing"] == []
+        assert set(row["seconds"]) == {"exact", "package", "translate_batch", "translate_batch_text"}
         assert all(seconds > 0 for seconds in row["seconds"].values())
     assert "| int8 | 4 | 4 (100.0 %) | 4 |" in (tmp_path / "results" / "ctranslate2-batching-tiny.md").read_text()
     assert json.loads((tmp_path / "results" / "ctranslate2-batching-tiny.json").read_text()) == report

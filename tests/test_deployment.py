@@ -138,6 +138,22 @@ def test_every_configuration_flag_exports_exactly(flags, tokenizer, tmp_path):
     torch.testing.assert_close(torch.tensor(result.log_probs), expected, atol=2e-4, rtol=1e-4)
 
 
+def test_the_engine_reads_the_tokens_of_the_ids_whatever_the_tokenizer_did_before(exported):
+    """translate_ids takes the tokens from the fast tokenizer's encodings: those of the ids, unpadded even right
+    after a padded call (which leaves padding switched on in the Rust tokenizer)."""
+    texts = [*bundled_lines("test.de.gz", 50), "", "  zwei  Leerzeichen ", "Größe: 5 €, naïve ½ 😀", "a\tb"]
+    tokenizer = exported.tokenizer
+    expected = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]]
+    assert all(tokens[-1] == tokenizer.eos_token for tokens in expected)
+    tokenizer(texts, padding=True)
+    assert tokenizer.backend_tokenizer.padding is not None  # what reading the Rust tokenizer directly would pad
+    assert [e.tokens for e in tokenizer(texts, add_special_tokens=True).encodings] == expected
+    tokenizer(texts, padding=True)
+    assert exported.translate_ids(texts[:8], num_beams=1) == exported.translate_ids(
+        texts[:8], num_beams=1, batch_size=1
+    )
+
+
 def test_greedy_and_beam_search_give_generates_tokens_on_a_padded_batch(trained, tokenizer, exported):
     texts = bundled_lines("test.de.gz", 24)  # lengths differ: generate pads, the engine groups
     assert len({len(ids) for ids in tokenizer(texts)["input_ids"]}) > 5

@@ -56,6 +56,8 @@ NOT_RUN = {
         "the first needs a CUDA GPU; tests/test_benchmarks.py runs the second",
     ("docs/benchmarks.md", "python benchmarks/prepared_corpus.py --baseline <a checkout of the package before the prepared corpus>"):
         "it needs an older checkout of the package",
+    ("docs/benchmarks.md", "python benchmarks/deployment.py --model outputs/tatoeba_en_de/final --sentences 128 --greedy-sentences 32 --bleu \\"):
+        "it needs the main job's model (6 minutes of training); the block above runs the same scripts",
     ("docs/deployment.md", "pip install -e '.[ctranslate2]'"): "it installs packages; the development set-up has them",
     ("docs/explorer.md", "pip install -e '.[app]'                       # gradio and matplotlib; the dev set-up has them"):
         "it installs packages, and the app serves until stopped; tests/test_explorer.py drives the app in a browser",

@@ -43,10 +43,8 @@ def speed_rows(section: str, **match) -> list[dict]:
     return [r for r in load("speed")[section] if all(r[k] == v for k, v in match.items())]
 
 
-def deployment(setting: str, engine: str) -> float:
-    return next(
-        r["vs_marian"] for r in load("deployment")["speed"] if r["setting"] == setting and r["engine"] == engine
-    )
+def deployment(setting: str, engine: str, name: str = "deployment") -> float:
+    return next(r["vs_marian"] for r in load(name)["speed"] if r["setting"] == setting and r["engine"] == engine)
 
 
 def table3_val_bleu(row: str) -> list[float]:
@@ -75,7 +73,7 @@ def claims() -> list[tuple[str, str]]:
     base_bf16 = speed_rows("train", size="base", precision="bf16")[0]
     base_fp32 = speed_rows("train", size="base", precision="fp32")[0]
     bf16 = load("bf16-vs-fp32")
-    kills = load("kill-resume")
+    kills, kills2 = load("kill-resume"), load("kill-resume-2processes")
     memory = {r["engine"]: r for r in load("deployment")["memory"]}
     readme = [
         f"test sacreBLEU **{main_job['bleu']:.2f}**, chrF {main_job['chrf']:.2f} ({main_job['n']:,} sentences",
@@ -95,14 +93,18 @@ def claims() -> list[tuple[str, str]]:
         f"base bf16 {base_bf16['ours_tokens_per_s'] / base_fp32['marian_tokens_per_s']:.2f}× Marian fp32",
         f"{span([r['ratio'] for r in speed_rows('generate', beams=4, batch=32)])} its new tokens/s / "
         f"{span([r['ratio'] for r in speed_rows('generate', beams=1, batch=1)])}",
-        f"beam 4, batch 32: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8'):.2f}×**, float32 "
+        f"Multi30k model, beam 4, batch 32: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8'):.2f}×**, float32 "
         f"**{deployment('beam 4, batch 32', 'CTranslate2 float32'):.2f}×** its tokens/s; greedy, batch 1: "
         f"{deployment('greedy, batch 1', 'CTranslate2 int8'):.2f}× / {deployment('greedy, batch 1', 'CTranslate2 float32'):.2f}×; "
         f"int8 adds {memory['CTranslate2 int8']['added_vs_marian']:.2f}× Marian's memory",
+        f"Main job's model: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8', 'deployment-tatoeba-en-de'):.2f}×**, "
+        f"float32 **{deployment('beam 4, batch 32', 'CTranslate2 float32', 'deployment-tatoeba-en-de'):.2f}×**",
         f"Peak training memory against Marian | {span([r['ratio'] for r in speed_rows('memory')])}",
         f"{bf16['speedup_bf16']:.2f}× target tokens/s; loss within {100 * bf16['max_relative_gap_train']:.2f} % (training), "
         f"{100 * bf16['max_relative_gap_valid']:.2f} % (validation)",
         f"{kills['kills']} SIGKILLs, {kills['resumes_matching_reference']} resumes all matching the uninterrupted run",
+        f"2 processes: {kills2['kills']} SIGKILLs of the whole job, {kills2['resumes_matching_reference']} resumes all "
+        f"matching; {'bit-identical' if kills2['final_bit_identical'] else 'NOT bit-identical'}",
         machine_of_speed(),
     ]
     benchmarks = [
@@ -116,28 +118,39 @@ def claims() -> list[tuple[str, str]]:
         for form in (tatoeba, multi30k)
     ] + ["Intel Xeon, 2 cores" if tatoeba["machine"].startswith("Intel(R) Xeon(R)") else tatoeba["machine"]]
     engines = ("ours", "CTranslate2 float32", "CTranslate2 int8")
-    deployment_page = [
-        "| beam 4, batch 32 (128 sentences) | "
-        + " | ".join(
-            f"{deployment('beam 4, batch 32', e):.2f}×"
-            if e == "ours"
-            else f"**{deployment('beam 4, batch 32', e):.2f}×**"
-            for e in engines
-        )
-        + " |",
-        "| greedy, batch 1 (32 sentences) | "
-        + " | ".join(
-            f"{deployment('greedy, batch 1', e):.2f}×"
-            if e == "ours"
-            else f"**{deployment('greedy, batch 1', e):.2f}×**"
-            for e in engines
-        )
-        + " |",
-        f"CTranslate2 int8 adds\n{memory['CTranslate2 int8']['added_rss_mb']:.0f} MB to the process after its imports, "
-        f"{memory['CTranslate2 int8']['added_vs_marian']:.2f}× what Marian adds ({memory['Marian']['added_rss_mb']:.0f} MB)",
+    deployment_page = (
+        [
+            f"| {label}: {setting} ({sentences} sentences) | "
+            + " | ".join(
+                f"{deployment(setting, e, name):.2f}×" if e == "ours" else f"**{deployment(setting, e, name):.2f}×**"
+                for e in engines
+            )
+            + " |"
+            for label, name in (("Multi30k", "deployment"), ("main job", "deployment-tatoeba-en-de"))
+            for setting, sentences in (("beam 4, batch 32", 128), ("greedy, batch 1", 32))
+        ]
+        + [
+            f"| {name} | {q} | {row['identical']:,} / {row['sentences']:,} | {row['redecoded']} | "
+            f"{row['package_vs_translate_batch']:.2f}× | {row['package_vs_translate_batch_text']:.2f}× |"
+            for name in ("multi30k-de-en", "tatoeba_en_de")
+            for q, row in load(f"ctranslate2-batching-{name}")["quantizations"].items()
+        ]
+        + [
+            f"CTranslate2 int8 adds {memory['CTranslate2 int8']['added_rss_mb']:.0f} MB to the process after its imports, "
+            f"{memory['CTranslate2 int8']['added_vs_marian']:.2f}× what Marian adds ({memory['Marian']['added_rss_mb']:.0f} MB)",
+        ]
+    )
+    reliability = [
+        f"measured **{kills2['kills']} kills of\nthe whole job**, {kills2['kills_during_checkpoint_writes']} of them during a "
+        f"checkpoint write, and **{kills2['resumes']} resumes, all {kills2['resumes_matching_reference']} matching**",
+        f"`python benchmarks/kill_resume.py` (200 steps, a checkpoint every 4) measured **{kills['kills']} kills**, "
+        f"{kills['kills_during_checkpoint_writes']} of them during a\ncheckpoint write and {kills['kills_during_rotations']} "
+        f"during a rotation, and **{kills['resumes']} resumes, all {kills['resumes_matching_reference']} matching**",
     ]
+    assert kills2["processes"] == 2 and kills2["steps"] == 200 and kills["steps"] == 200
     return (
         [("README.md", text) for text in readme]
+        + [("docs/reliability.md", text) for text in reliability]
         + [("docs/benchmarks.md", text) for text in benchmarks]
         + [("docs/model.md", text) for text in model]
         + [("docs/deployment.md", text) for text in deployment_page]

@@ -410,12 +410,11 @@ class CTranslate2Translator:
                 "(--engine transformers)."
             )
         tokenizer = self.tokenizer
-        encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
-        lengths = [len(ids) for ids in encoded]
-        limits = self._limits(lengths, max_new_tokens)
-
+        # The tokens CTranslate2 reads come with the ids (the encodings of a fast tokenizer), so they need no
+        # conversion back from ids; the tokenizer's own call sets its padding and truncation off.
+        tokens = [encoding.tokens for encoding in tokenizer(list(texts), add_special_tokens=True).encodings]
+        limits = self._limits([len(t) for t in tokens], max_new_tokens)
         eos = tokenizer.convert_ids_to_tokens(config.eos_token_id)
-        tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
         outputs: list[list[int] | None] = [None] * len(texts)
 
         def run(batch: list[int], num_hypotheses: int = 1) -> list[Any]:
