@@ -148,12 +148,33 @@ def claims() -> list[tuple[str, str]]:
         f"during a rotation, and **{kills['resumes']} resumes, all {kills['resumes_matching_reference']} matching**",
     ]
     assert kills2["processes"] == 2 and kills2["steps"] == 200 and kills["steps"] == 200
+    run = load("tatoeba_en_de_small")
+    training = [
+        f"trained {run['step']} steps, {run['target_tokens']:,} target tokens in {run['loop_seconds'] / 60:.1f} min "
+        f"({run['stop_reason']}); averaged {len(run['averaged_checkpoints'])} checkpoints",
+        f"test ({main_job['n']} sentences, beam search): sacreBLEU {main_job['bleu']:.2f}  {main_job['bleu_signature']}",
+        f"chrF {main_job['chrf']:.2f}  {main_job['chrf_signature']}",
+        f"and {main_job['seconds']:.0f} s of beam search over the test split",
+        f"trained at {bf16['bf16']['target_tokens_per_s']:,.0f} target tokens/s against",
+        f"{bf16['fp32']['target_tokens_per_s']:,.0f} in fp32 ({bf16['speedup_bf16']:.2f}×)",
+        f"within {100 * bf16['max_relative_gap_train']:.2f} % of fp32's in training (10-step means) and "
+        f"{100 * bf16['max_relative_gap_valid']:.2f} % in",
+    ]
+    trainer = {r["row"]: r for r in load("trainer-speed")["rows"]}
+    machine = load("trainer-speed")["environment"]
+    transformers_page = [
+        f"runs at {trainer['ours_fused']['ratio_to_marian']:.2f}× `MarianMTModel`'s, against "
+        f"{trainer['ours_label_smoother']['ratio_to_marian']:.2f}× through `LabelSmoother` ({machine['cpu']}, "
+        f"{machine['threads']}\n  thread{'s' if machine['threads'] > 1 else ''};",
+    ]
     return (
         [("README.md", text) for text in readme]
         + [("docs/reliability.md", text) for text in reliability]
         + [("docs/benchmarks.md", text) for text in benchmarks]
         + [("docs/model.md", text) for text in model]
         + [("docs/deployment.md", text) for text in deployment_page]
+        + [("docs/training.md", text) for text in training]
+        + [("docs/transformers.md", text) for text in transformers_page]
     )
 
 
