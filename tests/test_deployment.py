@@ -1,6 +1,7 @@
 """The CTranslate2 export and engine (vanilla_transformer.deployment): same numbers, same tokens, same limits."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -188,9 +189,10 @@ def test_each_sentence_keeps_its_own_length_limit(tokenizer, tmp_path):
         # Alone or in a batch of other lengths, a sentence gets the same translation (with α = 0.6 too).
         batched = engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, batch_size=16)
         assert batched == [engine.translate_ids([text], num_beams=num_beams, length_penalty=0.6)[0] for text in texts]
-        if num_beams > 1:  # every search ran into its limit: each sentence was decoded again with its own
+        if num_beams > 1:  # every search ran into its limit: each sentence was decoded again with its own,
+            # except those whose limit the batch ran with (the most common one): their search was already exact
             engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, batch_size=16)
-            assert engine.redecoded == len(texts)
+            assert engine.redecoded == len(texts) - max(Counter(lengths).values()) > 0
             assert batched == engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, group_by_limit=True)
     assert [len(row) for row in engine.translate_ids(texts, max_new_tokens=5)] == [4] * len(texts)
 

@@ -25,12 +25,13 @@ Decoding, compared with transformers' ``generate`` (docs/deployment.md has the m
 * **The per-sentence length limit** (source length + 50, ``</s>`` included): CTranslate2's
   ``max_decoding_length`` holds per call. Greedy search decodes a batch up to the longest limit and cuts
   each sentence at its own, which is exact (a greedy output's beginning does not depend on where it stops).
-  Beam search is not prefix-stable, so a beam batch is decoded up to its longest limit and each sentence
-  is checked: CTranslate2 stops a sentence once ``num_beams`` hypotheses have finished, and all of them are
-  returned, so the longest one ended at the step where the search stopped. A search that stopped before
-  the sentence's own last step went exactly as it would have with its own limit, and its best hypothesis
-  is kept; a sentence whose search got within two tokens of its own limit is decoded again, in a batch of
-  sentences of that one limit (the exact path, ``group_by_limit=True``). Identical outputs assume that a
+  Beam search is not prefix-stable, so a beam batch is decoded up to the limit most of its sentences have
+  (for them the search is their own) and each other sentence is checked: CTranslate2 stops a sentence once
+  ``num_beams`` hypotheses have finished, and all of them are returned, so the longest one ended at the step
+  where the search stopped. A search that stopped before both the batch's last step and the sentence's own
+  went exactly as it would have with its own limit, and its best hypothesis is kept; a sentence whose search
+  got within two tokens of either is decoded again, in a batch of sentences of that one limit (the exact
+  path, ``group_by_limit=True``). Identical outputs assume that a
   sentence's scores do not depend on the other sentences of its batch; padding changes them in the last
   bits, so near-ties can break the other way (docs/deployment.md counts how often).
   A hypothesis cut by the limit ends differently: transformers forces ``</s>`` as its last token (and counts
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -417,13 +419,13 @@ class CTranslate2Translator:
         eos = tokenizer.convert_ids_to_tokens(config.eos_token_id)
         outputs: list[list[int] | None] = [None] * len(texts)
 
-        def run(batch: list[int], num_hypotheses: int = 1) -> list[Any]:
+        def run(batch: list[int], limit: int, num_hypotheses: int = 1) -> list[Any]:
             return self.translator.translate_batch(
                 [tokens[i] for i in batch],
                 beam_size=num_beams,
                 num_hypotheses=num_hypotheses,
                 length_penalty=length_penalty,
-                max_decoding_length=max(limits[i] for i in batch) - 1,  # + the </s> transformers would force
+                max_decoding_length=limit - 1,  # + the </s> transformers would force
                 min_decoding_length=0,  # </s> may come first, as in transformers
                 max_input_length=0,  # never truncate the source
                 return_end_token=True,  # counted in the length penalty's length, as transformers does
@@ -453,19 +455,24 @@ class CTranslate2Translator:
         try:
             for batch in batches:
                 if num_beams == 1 or one_limit:  # greedy: cutting at a sentence's own limit is exact
-                    for i, result in zip(batch, run(batch)):
+                    for i, result in zip(batch, run(batch, max(limits[i] for i in batch))):
                         keep(i, result.hypotheses[0])
                     if bar is not None:
                         bar.update(len(batch))
                     continue
-                # Every finished hypothesis comes back (CTranslate2 stops a sentence once num_beams have finished,
-                # so asking for all of them does not change the search); the longest one finished at the step
-                # the search stopped. If that step lies before the sentence's own last step, the search with its
-                # own limit went the same way and stopped there too: same hypotheses, same best.
+                # The batch runs with the limit most of its sentences have (the longest among equals): for those
+                # the search is exactly their own. Every finished hypothesis comes back (with α ≠ 0 CTranslate2
+                # stops a sentence once num_beams have finished, so asking for all of them does not change the
+                # search); the longest one finished at the step the search stopped. If that step lies before
+                # both the batch's last step and the sentence's own, the search with its own limit went the same
+                # way and stopped there too: same hypotheses, same best.
+                counts = Counter(limits[i] for i in batch)
+                limit = max(counts, key=lambda n: (counts[n], n))
                 done = 0
-                for i, result in zip(batch, run(batch, num_hypotheses=num_beams)):
+                for i, result in zip(batch, run(batch, limit, num_hypotheses=num_beams)):
                     longest = max((len(h) for h in result.hypotheses), default=limits[i])
-                    if len(result.hypotheses) < num_beams or longest >= limits[i] - 2:  # 2: a margin for the </s>
+                    near = len(result.hypotheses) < num_beams or longest >= min(limit, limits[i]) - 2  # 2: the </s>
+                    if near and limits[i] != limit:
                         again.append(i)
                     else:
                         keep(i, result.hypotheses[0])
@@ -480,7 +487,7 @@ class CTranslate2Translator:
                 else:
                     regrouped.append([i])
             for batch in regrouped:
-                for i, result in zip(batch, run(batch)):
+                for i, result in zip(batch, run(batch, limits[batch[0]])):
                     keep(i, result.hypotheses[0])
                 if bar is not None:
                     bar.update(len(batch))
