@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
     (args.output / "bf16-vs-fp32.json").write_text(json.dumps(report, indent=2) + "\n")
     draw(fp32, bf16, comparison, args.output / "bf16-vs-fp32.png")
     lines = [
-        "| steps | fp32 tokens/s | bf16 tokens/s | bf16 speed-up | largest gap, training loss | mean gap | largest gap, validation loss |",
+        "| steps | fp32 tokens/s | bf16 tokens/s | bf16 speed-up | largest gap, training loss | mean gap | "
+        "largest gap, validation loss |",
         "|---|---|---|---|---|---|---|",
         f"| {args.steps} | {fp32['target_tokens_per_s']:,.0f} | {bf16['target_tokens_per_s']:,.0f} | "
         f"{comparison['speedup_bf16']:.2f}x | {comparison['max_relative_gap_train']:.2%} | "

@@ -1,6 +1,7 @@
 """CTranslate2 beam batches across source lengths, against the one-limit batches they replaced and the engine itself.
 
-    python benchmarks/ctranslate2_batching.py --model outputs/tatoeba_en_de/final --sources data/tatoeba_en_de/test.en.gz
+    python benchmarks/ctranslate2_batching.py --model outputs/tatoeba_en_de/final \\
+        --sources data/tatoeba_en_de/test.en.gz
     python benchmarks/ctranslate2_batching.py --model outputs/multi30k-de-en-15min/final \\
         --sources ../shared/data/multi30k/test_2016_flickr.de --name multi30k-de-en
 
@@ -128,7 +129,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"`{report['command']}`",
         "",
-        f"{report['machine']}; {report['threads']} threads; CTranslate2 {report['ctranslate2']}; beam {BEAMS}, α {ALPHA}, "
+        f"{report['machine']}; {report['threads']} threads; CTranslate2 {report['ctranslate2']}; "
+        f"beam {BEAMS}, α {ALPHA}, "
         f"batches of {BATCH}, per-sentence limit source length + 50.",
         "",
         "| quantization | sentences | identical to the exact path | decoded twice | exact s | package s | "
@@ -138,7 +140,8 @@ def markdown(report: dict) -> str:
     for name, row in report["quantizations"].items():
         s = row["seconds"]
         lines.append(
-            f"| {name} | {row['sentences']} | {row['identical']} ({100 * row['identical_share']:.1f} %) | {row['redecoded']} "
+            f"| {name} | {row['sentences']} | {row['identical']} ({100 * row['identical_share']:.1f} %) "
+            f"| {row['redecoded']} "
             f"| {s['exact']:.2f} | {s['package']:.2f} | {s['translate_batch']:.2f}; {s['translate_batch_text']:.2f} "
             f"| {row['package_vs_translate_batch']:.2f}×; {row['package_vs_translate_batch_text']:.2f}× "
             f"| {row['exact_vs_package']:.2f}× |"
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(
                 f"{quantization}: {row['identical']}/{row['sentences']} identical, {row['redecoded']} decoded twice, "
                 f"package {row['package_vs_translate_batch']:.2f}× translate_batch's time "
-                f"({row['package_vs_translate_batch_text']:.2f}× from text), exact {row['exact_vs_package']:.2f}× package's"
+                f"({row['package_vs_translate_batch_text']:.2f}× from text), "
+                f"exact {row['exact_vs_package']:.2f}× package's"
             )
     write_report(args.results_dir, f"ctranslate2-batching-{name}", report, markdown(report))
     return report

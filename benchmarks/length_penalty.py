@@ -54,8 +54,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"`{report['command']}`",
         "",
-        f"{report['machine']}; model `{report['model']}`; beam {d['num_beams']}, α {d['length_penalty']}, per-sentence limit "
-        f"source length + {d['source_length_offset']}; {report['sentences']} sentences.",
+        f"{report['machine']}; model `{report['model']}`; beam {d['num_beams']}, α {d['length_penalty']}, "
+        f"per-sentence limit source length + {d['source_length_offset']}; {report['sentences']} sentences.",
         "",
         "| length penalty | sacreBLEU | chrF | mean output length (words) |",
         "|---|---|---|---|",
@@ -66,7 +66,8 @@ def markdown(report: dict) -> str:
     b = report["paired_bootstrap"]
     lines += [
         "",
-        f"References: {report['reference_mean_words']:.2f} words on average. Identical outputs: {report['identical']} of "
+        f"References: {report['reference_mean_words']:.2f} words on average. "
+        f"Identical outputs: {report['identical']} of "
         f"{report['sentences']} ({100 * report['identical_share']:.1f} %).",
         f"Paired bootstrap (sacreBLEU, 1,000 resamples), GNMT against |Y|^α: p = {b['p_value']:.4f}.",
         "",

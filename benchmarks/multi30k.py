@@ -249,7 +249,8 @@ def results_table(results: list[dict]) -> str:
     for r in results:
         t, biases = r["test"], r.get("recipe", {}).get("attention_bias", True)
         lines.append(
-            f"| {r['direction']} | {r['minutes']:g} min | {'yes' if biases else 'no'} | {r['step']} | {r['target_tokens']:,} | "
+            f"| {r['direction']} | {r['minutes']:g} min | {'yes' if biases else 'no'} | {r['step']} | "
+            f"{r['target_tokens']:,} | "
             f"{t['bleu']:.2f} | {t['chrf']:.2f} | {r.get('date', '?')}, {r.get('revision') or '?'} | "
             f"{t['bleu_signature'].replace('|', chr(92) + '|')} |"
         )

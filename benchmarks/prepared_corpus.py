@@ -1,7 +1,7 @@
 """A corpus of WMT14's size through the multi-process training command: preparation time, the second start, and
 each process's memory, beside the same model on the bundled corpus.
 
-    python benchmarks/prepared_corpus.py                 # 4.5M pairs, 2 processes, 50 steps each run (~15 min on 2 cores)
+    python benchmarks/prepared_corpus.py   # 4.5M pairs, 2 processes, 50 steps each run (~15 min on 2 cores)
     python benchmarks/prepared_corpus.py --pairs 20000 --steps 4 --output /tmp/x   # a quick check of the script
 
 The synthetic corpus is built from the bundled one (``data/tatoeba_en_de``, 100,000 training pairs): pair ``i``
@@ -17,10 +17,10 @@ job's model (``configs/tatoeba_en_de_small.yaml``) for ``--steps`` steps, each t
 
 Times are read from the run's own log, stamped as its lines arrive, from the command's start: *data ready* is
 its "data ready" line (tokenizer and prepared corpus, memory-mapped by every process), *loop starts* its
-"training from step" line (model built, checkpoints looked for). Memory is sampled every 0.2 s from ``/proc/PID/smaps_rollup`` of each
-worker: RSS, USS (``Private_Clean + Private_Dirty``: what the process alone holds) and PSS (shared pages split
-between the processes that map them; the sum over processes counts a shared page once). Peaks are given for the
-whole run and for the training loop alone.
+"training from step" line (model built, checkpoints looked for). Memory is sampled every 0.2 s from
+``/proc/PID/smaps_rollup`` of each worker: RSS, USS (``Private_Clean + Private_Dirty``: what the process alone
+holds) and PSS (shared pages split between the processes that map them; the sum over processes counts a shared
+page once). Peaks are given for the whole run and for the training loop alone.
 
 Writes ``prepared-corpus.{json,md}`` under ``--output`` (default ``benchmarks/results``).
 """
@@ -219,8 +219,8 @@ def markdown(result: dict) -> str:
         f"{result['processes']} processes x {result['threads_per_process']} thread(s); {result['steps']} steps a run. "
         f"Command: `{result['command']}`.",
         "",
-        "| corpus | pairs | run | data ready (s) | loop starts (s) | peak RSS per process (GB) | peak USS per process (GB) "
-        "| USS in the loop (GB) | PSS sum in the loop (GB) | target tokens/s |",
+        "| corpus | pairs | run | data ready (s) | loop starts (s) | peak RSS per process (GB) "
+        "| peak USS per process (GB) | USS in the loop (GB) | PSS sum in the loop (GB) | target tokens/s |",
         "|---|---:|---|---:|---:|---|---|---|---:|---:|",
     ]
     for row in result["rows"]:
@@ -228,7 +228,8 @@ def markdown(result: dict) -> str:
         per = lambda key: " / ".join(_gb(memory[r].get(key, 0)) for r in sorted(memory))  # noqa: E731
         pss = sum(memory[r].get("training_pss", 0) for r in memory)
         lines.append(
-            f"| {row['corpus']} | {row['pairs']:,} | {row['run']} | {row['data_ready_s']:.0f} | {row['loop_start_s']:.0f} "
+            f"| {row['corpus']} | {row['pairs']:,} | {row['run']} | {row['data_ready_s']:.0f} "
+            f"| {row['loop_start_s']:.0f} "
             f"| {per('rss')} | {per('uss')} | {per('training_uss')} | {_gb(pss)} | {row['target_tokens_per_s']:,.0f} |"
         )
     if result.get("comparison"):

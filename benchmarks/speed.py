@@ -2,7 +2,8 @@
 
     python benchmarks/speed.py                  # everything: small and base sizes (~15 min on 2 cores)
     python benchmarks/speed.py --sections train generate
-    python benchmarks/speed.py --precisions fp32   # a CPU without bf16 units (no AMX / AVX512-BF16), where bf16 is emulated
+    python benchmarks/speed.py --precisions fp32   # a CPU without bf16 units (no AMX / AVX512-BF16),
+                                                   # where bf16 is emulated
     python benchmarks/speed.py --smoke          # tiny sizes, one repeat: checks the script itself
 
 MarianMTModel is the nearest built-in model (post-LN, sinusoidal positions, tied embeddings); it is
@@ -223,12 +224,14 @@ def train_peak_memory(kind: str, size_name: str, precision: str, attention: str 
     import, so the figure is the model, its gradients and optimizer state, and the step's activations."""
     code = (  # everything imported before the baseline is read
         "import sys, json, threading, time; sys.path.insert(0, sys.argv[1]); import speed, accelerate, transformers; "
-        "import vanilla_transformer; from transformers import MarianMTModel; from transformers.trainer_pt_utils import LabelSmoother; "
+        "import vanilla_transformer; from transformers import MarianMTModel; "
+        "from transformers.trainer_pt_utils import LabelSmoother; "
         "size = speed.SIZES[sys.argv[3]]; before = speed._rss_bytes(); peak = [before]; done = threading.Event()\n"
         "def sample():\n"
         "    while not done.is_set(): peak[0] = max(peak[0], speed._rss_bytes()); time.sleep(0.001)\n"
         "thread = threading.Thread(target=sample); thread.start()\n"
-        "speed.train_step_seconds(sys.argv[2], size, speed.batch(size, *speed.TRAIN_BATCH), sys.argv[4], 1, 2, sys.argv[5] or None)\n"
+        "speed.train_step_seconds(sys.argv[2], size, speed.batch(size, *speed.TRAIN_BATCH), sys.argv[4], 1, 2, "
+        "sys.argv[5] or None)\n"
         "done.set(); thread.join(); print(json.dumps(peak[0] - before))"
     )
     out = subprocess.run(
@@ -416,7 +419,8 @@ def draw_length(rows: list[dict], path: Path) -> Path:
     share_ax.set_ylim(0, 100)
     share_ax.set_ylabel("attention's share of the step's FLOPs (%)", color="0.4")
     train_ax.set_title(
-        "training step, bf16: µs per target token\n(falling: fixed costs shared by more tokens; rising: attention's n²)",
+        "training step, bf16: µs per target token\n"
+        "(falling: fixed costs shared by more tokens; rising: attention's n²)",
         fontsize=9,
     )
     train_ax.set_ylabel("µs per target token")
@@ -528,14 +532,16 @@ def markdown(results: dict) -> str:
         ]
         for r in results["train"]:
             lines.append(
-                f"| {r['size']} | {r['precision']} | {r['ours_tokens_per_s']:,.0f} | {r['marian_tokens_per_s']:,.0f} ({r['marian_attention']}) | "
+                f"| {r['size']} | {r['precision']} | {r['ours_tokens_per_s']:,.0f} | "
+                f"{r['marian_tokens_per_s']:,.0f} ({r['marian_attention']}) | "
                 f"**{r['ratio']:.2f}** | {100 * r['ours_mfu']:.1f} % | {100 * r['marian_mfu']:.1f} % |"
             )
         fp32 = {r["size"]: r for r in results["train"] if r["precision"] == "fp32"}
         for r in results["train"]:
             if r["precision"] == "bf16" and r["size"] in fp32:
                 lines.append(
-                    f"\n{r['size']}: ours bf16 / Marian fp32 = **{r['ours_tokens_per_s'] / fp32[r['size']]['marian_tokens_per_s']:.2f}**"
+                    f"\n{r['size']}: ours bf16 / Marian fp32 = "
+                    f"**{r['ours_tokens_per_s'] / fp32[r['size']]['marian_tokens_per_s']:.2f}**"
                 )
         lines.append("")
     if results.get("memory"):
@@ -547,7 +553,8 @@ def markdown(results: dict) -> str:
         ]
         for r in results["memory"]:
             lines.append(
-                f"| {r['size']} | {r['precision']} | {r['ours_peak_mb']:,.0f} | {r['marian_peak_mb']:,.0f} | {r['ratio']:.2f} |"
+                f"| {r['size']} | {r['precision']} | {r['ours_peak_mb']:,.0f} | {r['marian_peak_mb']:,.0f} | "
+                f"{r['ratio']:.2f} |"
             )
         lines.append("")
     if results.get("generate"):
@@ -560,7 +567,8 @@ def markdown(results: dict) -> str:
         for r in results["generate"]:
             search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
             lines.append(
-                f"| {r['size']} | {r['precision']} | {search} | {r['batch']} | {r['ours_tokens_per_s']:,.0f} | {r['marian_tokens_per_s']:,.0f} | "
+                f"| {r['size']} | {r['precision']} | {search} | {r['batch']} | {r['ours_tokens_per_s']:,.0f} | "
+                f"{r['marian_tokens_per_s']:,.0f} | "
                 f"**{r['ratio']:.2f}** | {r['ours_ms_per_step']:.1f} | {r['marian_ms_per_step']:.1f} |"
             )
         lines.append("")
@@ -575,7 +583,8 @@ def markdown(results: dict) -> str:
         ]
         for r in results["length"]:
             lines.append(
-                f"| {r['length']} | {100 * r['attention_flop_share']:.0f} % | {r['ours_train_ms']:.0f} | {r['marian_train_ms']:.0f} | "
+                f"| {r['length']} | {100 * r['attention_flop_share']:.0f} % | {r['ours_train_ms']:.0f} | "
+                f"{r['marian_train_ms']:.0f} | "
                 f"{r['train_ratio']:.2f} | {r['ours_train_us_per_token']:.0f} | {r['marian_train_us_per_token']:.0f} | "
                 f"{r['ours_ms_per_step']:.1f} | {r['marian_ms_per_step']:.1f} | {r['generate_ratio']:.2f} |"
             )

@@ -658,7 +658,8 @@ def main(argv: list[str] | None = None) -> dict:
             write_json_atomically(results_path, results)
             report(results, args.output)
         print(
-            f"[{i}/{len(todo)}] {row.key} seed {seed}: PPL {record['val']['ppl']:.2f}, BLEU {record['val']['bleu']:.2f}, "
+            f"[{i}/{len(todo)}] {row.key} seed {seed}: PPL {record['val']['ppl']:.2f}, "
+            f"BLEU {record['val']['bleu']:.2f}, "
             f"{record['train_seconds'] / 60:.1f} min",
             flush=True,
         )

@@ -1,6 +1,7 @@
 """Training speed through transformers' ``Seq2SeqTrainer``, side by side with MarianMTModel of the same sizes.
 
-    python benchmarks/trainer_speed.py --threads 1   # the committed run: d_model 256, 3+3 layers, vocabulary 8,000, fp32 (~6 min)
+    python benchmarks/trainer_speed.py --threads 1   # the committed run: d_model 256, 3+3 layers, vocabulary 8,000,
+                                                     # fp32 (~6 min)
     python benchmarks/trainer_speed.py               # torch's number of threads
     python benchmarks/trainer_speed.py --smoke       # tiny sizes, one repeat: checks the script itself
 
@@ -196,13 +197,17 @@ def summarise(times: dict) -> list[dict]:
 def markdown(results: dict) -> str:
     env, setup = results["environment"], results["setup"]
     lines = [
-        f"Measured {env['date']} on {env['cpu']} ({env['threads']} thread{'' if env['threads'] == 1 else 's'}), torch {env['torch']}, transformers "
+        f"Measured {env['date']} on {env['cpu']} ({env['threads']} thread{'' if env['threads'] == 1 else 's'}), "
+        f"torch {env['torch']}, transformers "
         f"{env['transformers']}. Command: `{env['command']}`",
         "",
         f"**One training step** (d_model {setup['d_model']}, {setup['layers']}+{setup['layers']} layers, "
-        f"vocabulary {setup['vocab_size']:,}, {setup['precision']}; {setup['batches']} random batches of {setup['pairs']} pairs, "
-        f"lengths {setup['lengths'][0]}–{setup['lengths'][1]}, {setup['mean_target_tokens']:,.0f} target tokens on average; "
-        f"label smoothing {SMOOTHING}; medians of {setup['repeats']} rounds after {setup['warmup']} warm-up rounds, the rows taken in turn)",
+        f"vocabulary {setup['vocab_size']:,}, {setup['precision']}; "
+        f"{setup['batches']} random batches of {setup['pairs']} pairs, "
+        f"lengths {setup['lengths'][0]}–{setup['lengths'][1]}, "
+        f"{setup['mean_target_tokens']:,.0f} target tokens on average; "
+        f"label smoothing {SMOOTHING}; medians of {setup['repeats']} rounds after {setup['warmup']} warm-up rounds, "
+        "the rows taken in turn)",
         "",
         "| path | target tokens/s | step ms | / Marian | best step ms | best / best Marian |",
         "|---|---|---|---|---|---|",

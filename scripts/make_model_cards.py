@@ -93,7 +93,10 @@ def build_preset_card(preset: str, root: str | Path = ".") -> ModelCard:
     total = parameter_count(mc)
     embedding = mc.vocab_size * mc.d_model
     recipe = TrainConfig.from_file(Path(root) / BASE_RECIPE)
-    launch = f"accelerate launch --config_file configs/accelerate/8gpu.yaml -m vanilla_transformer train --config {BASE_RECIPE}"
+    launch = (
+        "accelerate launch --config_file configs/accelerate/8gpu.yaml "
+        f"-m vanilla_transformer train --config {BASE_RECIPE}"
+    )
     if preset == "base":
         recipe_text = f"""`{BASE_RECIPE}` is the paper's base recipe for WMT 2014 English→German; run it with
 
@@ -101,14 +104,20 @@ def build_preset_card(preset: str, root: str | Path = ".") -> ModelCard:
 {launch}
 ```
 
-- Data: Hub dataset `{recipe.dataset_name}` (configuration `{recipe.dataset_config_name}`), {recipe.source_lang}→{recipe.target_lang}, validation
-  `{recipe.validation_split}`, test `{recipe.test_split}`; a joint byte-level BPE of {recipe.vocab_size:,} tokens trained on the
+- Data: Hub dataset `{recipe.dataset_name}` (configuration `{recipe.dataset_config_name}`), \
+{recipe.source_lang}→{recipe.target_lang}, validation
+  `{recipe.validation_split}`, test `{recipe.test_split}`; a joint byte-level BPE of \
+{recipe.vocab_size:,} tokens trained on the
   training split; pairs longer than {recipe.max_length} tokens dropped.
-- Batches of at most {recipe.max_tokens} padded tokens per side and process × {recipe.gradient_accumulation_steps} accumulation
+- Batches of at most {recipe.max_tokens} padded tokens per side and process × \
+{recipe.gradient_accumulation_steps} accumulation
   (on fewer GPUs than the accelerate configuration's, raise the accumulation to keep the batch size).
-- Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2}, ε {recipe.adam_epsilon}), {recipe.warmup_steps} warm-up steps then inverse
-  square root, lr_factor {recipe.lr_factor}; label smoothing {recipe.label_smoothing_factor}; mixed precision `{recipe.mixed_precision}`.
-- {recipe.max_steps:,} steps, a checkpoint every {recipe.save_steps} steps, average of the last {recipe.average_last} (§6.1);
+- Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2}, ε {recipe.adam_epsilon}), \
+{recipe.warmup_steps} warm-up steps then inverse
+  square root, lr_factor {recipe.lr_factor}; label smoothing {recipe.label_smoothing_factor}; \
+mixed precision `{recipe.mixed_precision}`.
+- {recipe.max_steps:,} steps, a checkpoint every {recipe.save_steps} steps, \
+average of the last {recipe.average_last} (§6.1);
   test split scored with beam 4, length penalty 0.6, maximum output length = source length + 50."""
     else:
         recipe_text = f"""No recipe file for the big model ships with the package. The base recipe with the paper's
@@ -120,7 +129,8 @@ big-model settings (the big preset, 300,000 steps, average of the last 20 checkp
 ```
 
 (not run by this project). Everything else is as in `{BASE_RECIPE}`: Hub dataset `{recipe.dataset_name}`
-(`{recipe.dataset_config_name}`), a joint BPE of {recipe.vocab_size:,} tokens, Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2},
+(`{recipe.dataset_config_name}`), a joint BPE of {recipe.vocab_size:,} tokens, \
+Adam(β1 {recipe.adam_beta1}, β2 {recipe.adam_beta2},
 ε {recipe.adam_epsilon}), {recipe.warmup_steps} warm-up steps then inverse square root, label smoothing
 {recipe.label_smoothing_factor}, a checkpoint every {recipe.save_steps} steps."""
     name = f"vanilla-transformer-{preset}"
@@ -174,7 +184,8 @@ exact architecture in `transformers`. It is not a translation model until it has
 ## Limitations
 
 - No weights, no scores: nothing in this card has been measured on a translation task by this project.
-- The recipe needs the Hugging Face Hub (for `{recipe.dataset_name}`) and GPUs; its tokenizer is a byte-level BPE trained
+- The recipe needs the Hugging Face Hub (for `{recipe.dataset_name}`) and GPUs; \
+its tokenizer is a byte-level BPE trained
   by the package, not the paper's BPE, so results would not be identical to the paper's.
 - sacreBLEU, which the package reports, is not comparable to the paper's tokenised, compound-split BLEU.
 
@@ -214,7 +225,8 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
             )
             command = row["command"]
             source = (
-                f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
+                f"- Results file: `{relative}` (this row: run on {row['date']} "
+                f"at commit {row.get('revision') or 'unknown'}, "
                 f"{row['processes']} × {row['threads_per_process']} (processes × threads each))."
             )
         else:
@@ -226,10 +238,14 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
                 f" --mixed_precision {config.mixed_precision}" if config.mixed_precision != "bf16" else ""
             )
             if pinned:
-                source = f"- Results file: `{relative}` ({pinned['note']}); settings of `benchmarks/multi30k.py` at {revision}."
+                source = (
+                    f"- Results file: `{relative}` ({pinned['note']}); "
+                    f"settings of `benchmarks/multi30k.py` at {revision}."
+                )
             elif row.get("date"):
                 source = (
-                    f"- Results file: `{relative}` (this row: run on {row['date']} at commit {row.get('revision') or 'unknown'}, "
+                    f"- Results file: `{relative}` (this row: run on {row['date']} "
+                    f"at commit {row.get('revision') or 'unknown'}, "
                     f"1 process); settings of `benchmarks/multi30k.py` at {revision}."
                 )
             else:

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 COMMAND = str(Path(sys.executable).with_name("vanilla-transformer"))
-TINY = '{"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}'
+TINY = (
+    '{"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, '
+    '"decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}'
+)
 ENV = {
     **os.environ,
     "OMP_NUM_THREADS": "1",

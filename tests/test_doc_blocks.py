@@ -48,30 +48,39 @@ RUNNABLE = ("bash", "python")
 NOT_RUN = {
     ("README.md", "bash scripts/main.sh     # set up, then run the main job"):
         "the first trains for 6 minutes; the second is the test suite itself",
-    ("docs/benchmarks.md", "python scripts/get_multi30k.py        # once: Multi30k task 1 into data/multi30k, checked against recorded SHA-256s"):
+    ("docs/benchmarks.md", "python scripts/get_multi30k.py        # once: Multi30k task 1 into data/multi30k, "
+                           "checked against recorded SHA-256s"):
         "it downloads from GitHub; tests/test_get_multi30k.py runs it against a local server",
-    ("docs/benchmarks.md", "python benchmarks/table3.py                        # every row not yet recorded (many CPU-hours; resumable)"):
+    ("docs/benchmarks.md", "python benchmarks/table3.py                        # every row not yet recorded "
+                           "(many CPU-hours; resumable)"):
         "it trains for many CPU-hours; tests/test_benchmarks.py runs its --smoke mode",
     ("docs/benchmarks.md", "bash scripts/gpu_check.sh             # on a machine with a CUDA GPU: about 8 minutes"):
         "the first needs a CUDA GPU; tests/test_benchmarks.py runs the second",
-    ("docs/benchmarks.md", "python benchmarks/prepared_corpus.py --baseline <a checkout of the package before the prepared corpus>"):
+    ("docs/benchmarks.md", "python benchmarks/prepared_corpus.py --baseline "
+                           "<a checkout of the package before the prepared corpus>"):
         "it needs an older checkout of the package",
-    ("docs/benchmarks.md", "python benchmarks/deployment.py --model outputs/tatoeba_en_de/final --sentences 128 --greedy-sentences 32 --bleu \\"):
+    ("docs/benchmarks.md", "python benchmarks/deployment.py --model outputs/tatoeba_en_de/final "
+                           "--sentences 128 --greedy-sentences 32 --bleu \\"):
         "it needs the main job's model (6 minutes of training); the block above runs the same scripts",
     ("docs/deployment.md", "pip install -e '.[ctranslate2]'"): "it installs packages; the development set-up has them",
-    ("docs/explorer.md", "pip install -e '.[app]'                       # gradio and matplotlib; the dev set-up has them"):
+    ("docs/explorer.md", "pip install -e '.[app]'                       # gradio and matplotlib; "
+                         "the dev set-up has them"):
         "it installs packages, and the app serves until stopped; tests/test_explorer.py drives the app in a browser",
-    ("docs/explorer.md", "python scripts/screenshot_explorer.py --model RUN/final --output docs/images/explorer.png \\"):
+    ("docs/explorer.md", "python scripts/screenshot_explorer.py --model RUN/final "
+                         "--output docs/images/explorer.png \\"):
         "it drives Chromium for a minute; tests/test_explorer.py drives the same app in it",
     ("docs/tests.md", "bash scripts/test.sh            # set up, then run the whole test suite (CI runs exactly this)"):
         "it is the test suite itself",
-    ("docs/training.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml -m vanilla_transformer train --config RUN.yaml"):
+    ("docs/training.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml "
+                         "-m vanilla_transformer train --config RUN.yaml"):
         "it needs 8 GPUs; tests/test_distributed.py runs torchrun with 2 and 3 processes",
-    ("docs/training.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml -m vanilla_transformer train --config configs/wmt14_en_de_base.yaml"):
+    ("docs/training.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml "
+                         "-m vanilla_transformer train --config configs/wmt14_en_de_base.yaml"):
         "it needs 8 GPUs and the Hub; tests/test_recipes.py runs the recipe for two steps on local data",
-    ("docs/transformers.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml -m vanilla_transformer train --config RUN.yaml"):
+    ("docs/transformers.md", "accelerate launch --config_file configs/accelerate/8gpu.yaml "
+                             "-m vanilla_transformer train --config RUN.yaml"):
         "it needs 8 GPUs; tests/test_distributed.py runs torchrun with 2 and 3 processes",
-}  # one entry per line, however long: the table reads as a list  # fmt: skip
+}  # laid out by hand, long first lines split in two: the table reads as a list  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -86,21 +86,26 @@ def claims() -> list[tuple[str, str]]:
         f"{round(100 * min(identical))} % of outputs identical"
         if round(100 * min(identical)) == round(100 * max(identical))
         else f"{span([100 * x for x in identical], 0, ' %')} of outputs identical",
-        f"paired bootstrap p {tatoeba['paired_bootstrap']['p_value']:.3f} / {multi30k['paired_bootstrap']['p_value']:.3f}",
+        f"paired bootstrap p {tatoeba['paired_bootstrap']['p_value']:.3f} / "
+        f"{multi30k['paired_bootstrap']['p_value']:.3f}",
         f"base val BLEU {span(table3_val_bleu('base'), 2, '')} over {len(table3_val_bleu('base'))} seeds",
         f"(none: {table3_val_bleu('D-drop0.0')[0]:.1f}, 0.5: {table3_val_bleu('D-drop0.5')[0]:.1f})",
         f"{span([r['ratio'] for r in speed_rows('train')])} its target tokens/s at the same precision",
         f"base bf16 {base_bf16['ours_tokens_per_s'] / base_fp32['marian_tokens_per_s']:.2f}× Marian fp32",
         f"{span([r['ratio'] for r in speed_rows('generate', beams=4, batch=32)])} its new tokens/s / "
         f"{span([r['ratio'] for r in speed_rows('generate', beams=1, batch=1)])}",
-        f"Multi30k model, beam 4, batch 32: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8'):.2f}×**, float32 "
+        f"Multi30k model, beam 4, batch 32: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8'):.2f}×**, "
+        f"float32 "
         f"**{deployment('beam 4, batch 32', 'CTranslate2 float32'):.2f}×** its tokens/s; greedy, batch 1: "
-        f"{deployment('greedy, batch 1', 'CTranslate2 int8'):.2f}× / {deployment('greedy, batch 1', 'CTranslate2 float32'):.2f}×; "
+        f"{deployment('greedy, batch 1', 'CTranslate2 int8'):.2f}× / "
+        f"{deployment('greedy, batch 1', 'CTranslate2 float32'):.2f}×; "
         f"int8 adds {memory['CTranslate2 int8']['added_vs_marian']:.2f}× Marian's memory",
-        f"Main job's model: int8 **{deployment('beam 4, batch 32', 'CTranslate2 int8', 'deployment-tatoeba-en-de'):.2f}×**, "
+        f"Main job's model: int8 "
+        f"**{deployment('beam 4, batch 32', 'CTranslate2 int8', 'deployment-tatoeba-en-de'):.2f}×**, "
         f"float32 **{deployment('beam 4, batch 32', 'CTranslate2 float32', 'deployment-tatoeba-en-de'):.2f}×**",
         f"Peak training memory against Marian | {span([r['ratio'] for r in speed_rows('memory')])}",
-        f"{bf16['speedup_bf16']:.2f}× target tokens/s; loss within {100 * bf16['max_relative_gap_train']:.2f} % (training), "
+        f"{bf16['speedup_bf16']:.2f}× target tokens/s; "
+        f"loss within {100 * bf16['max_relative_gap_train']:.2f} % (training), "
         f"{100 * bf16['max_relative_gap_valid']:.2f} % (validation)",
         f"{kills['kills']} SIGKILLs, {kills['resumes_matching_reference']} resumes all matching the uninterrupted run",
         f"2 processes: {kills2['kills']} SIGKILLs of the whole job, {kills2['resumes_matching_reference']} resumes all "
@@ -136,15 +141,18 @@ def claims() -> list[tuple[str, str]]:
             for q, row in load(f"ctranslate2-batching-{name}")["quantizations"].items()
         ]
         + [
-            f"CTranslate2 int8 adds {memory['CTranslate2 int8']['added_rss_mb']:.0f} MB to the process after its imports, "
-            f"{memory['CTranslate2 int8']['added_vs_marian']:.2f}× what Marian adds ({memory['Marian']['added_rss_mb']:.0f} MB)",
+            f"CTranslate2 int8 adds {memory['CTranslate2 int8']['added_rss_mb']:.0f} MB to the process "
+            f"after its imports, {memory['CTranslate2 int8']['added_vs_marian']:.2f}× what Marian adds "
+            f"({memory['Marian']['added_rss_mb']:.0f} MB)",
         ]
     )
     reliability = [
-        f"measured **{kills2['kills']} kills of\nthe whole job**, {kills2['kills_during_checkpoint_writes']} of them during a "
+        f"measured **{kills2['kills']} kills of\nthe whole job**, "
+        f"{kills2['kills_during_checkpoint_writes']} of them during a "
         f"checkpoint write, and **{kills2['resumes']} resumes, all {kills2['resumes_matching_reference']} matching**",
         f"`python benchmarks/kill_resume.py` (200 steps, a checkpoint every 4) measured **{kills['kills']} kills**, "
-        f"{kills['kills_during_checkpoint_writes']} of them during a\ncheckpoint write and {kills['kills_during_rotations']} "
+        f"{kills['kills_during_checkpoint_writes']} of them during a\ncheckpoint write and "
+        f"{kills['kills_during_rotations']} "
         f"during a rotation, and **{kills['resumes']} resumes, all {kills['resumes_matching_reference']} matching**",
     ]
     assert kills2["processes"] == 2 and kills2["steps"] == 200 and kills["steps"] == 200
@@ -152,7 +160,8 @@ def claims() -> list[tuple[str, str]]:
     training = [
         f"trained {run['step']} steps, {run['target_tokens']:,} target tokens in {run['loop_seconds'] / 60:.1f} min "
         f"({run['stop_reason']}); averaged {len(run['averaged_checkpoints'])} checkpoints",
-        f"test ({main_job['n']} sentences, beam search): sacreBLEU {main_job['bleu']:.2f}  {main_job['bleu_signature']}",
+        f"test ({main_job['n']} sentences, beam search): sacreBLEU {main_job['bleu']:.2f}  "
+        f"{main_job['bleu_signature']}",
         f"chrF {main_job['chrf']:.2f}  {main_job['chrf_signature']}",
         f"and {main_job['seconds']:.0f} s of beam search over the test split",
         f"trained at {bf16['bf16']['target_tokens_per_s']:,.0f} target tokens/s against",

@@ -54,7 +54,8 @@ LAYERS = [
     ("training", {"training", "finetuning"}),
     ("command line", {"cli", "__main__"}),
 ]
-#: What the package may import besides the standard library and itself (examples/, benchmarks/ and scripts/ sit above it).
+#: What the package may import besides the standard library and itself (examples/, benchmarks/ and scripts/ sit
+#: above it).
 DEPENDENCIES = {
     "accelerate",
     "ctranslate2",
@@ -288,7 +289,8 @@ def test_hub_portable_files_import_only_torch_transformers_and_each_other(tmp_pa
     folder = _package(
         tmp_path,
         {
-            "modeling_vanilla_transformer": "import math\nimport torch\nfrom .configuration_vanilla_transformer import C\n"
+            "modeling_vanilla_transformer": "import math\nimport torch\n"
+            "from .configuration_vanilla_transformer import C\n"
             "from .kernels_vanilla_transformer import k\n",
             "kernels_vanilla_transformer": "import numpy\n",
             "generation_vanilla_transformer": "from vanilla_transformer.modeling_vanilla_transformer import M\n",

@@ -364,7 +364,8 @@ def test_preset_parameter_counts_match_the_paper(preset, paper_millions):
     assert abs(count / (paper_millions * 1e6) - 1) < 0.035
 
 
-# ------------------------------------------------------------------ head size d_k = d_v apart from d_model / h (config.head_dim)
+# ------------------------------------------------------------------ head size d_k = d_v apart from d_model / h
+# (config.head_dim)
 #: h·d_k ≠ d_model (32): smaller heads, larger heads, and head counts that do not divide d_model (3 and 5)
 HEAD_DIMS = [
     dict(head_dim=4),
@@ -409,7 +410,8 @@ def test_without_head_dim_the_model_is_the_papers_with_d_k_d_model_over_h():
     assert count_parameters(VanillaTransformerConfig.base()) == formula_parameter_count(VanillaTransformerConfig.base())
 
 
-# ------------------------------------------------------------------ §3.2.2 the projections: matrices, biases only when asked
+# ------------------------------------------------------------------ §3.2.2 the projections: matrices, biases
+# only when asked
 # flex attention: torch 2.13's CPU kernel is exact from head size 32 on (it was not for 8 and 16: see the model's check)
 FLEX = dict(d_model=64, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128)
 

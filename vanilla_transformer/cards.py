@@ -110,7 +110,8 @@ def architecture_table(model_config: Any) -> str:
     return (
         f"| d_model | {model_config.d_model} |\n"
         f"| layers (encoder + decoder) | {model_config.encoder_layers} + {model_config.decoder_layers} |\n"
-        f"| attention heads (encoder / decoder) | {model_config.encoder_attention_heads} / {model_config.decoder_attention_heads} |\n"
+        f"| attention heads (encoder / decoder) | {model_config.encoder_attention_heads} / "
+        f"{model_config.decoder_attention_heads} |\n"
         f"{head_size}"
         f"{biases}"
         f"| d_ff (encoder / decoder) | {model_config.encoder_ffn_dim} / {model_config.decoder_ffn_dim} |\n"
@@ -177,8 +178,9 @@ def build_model_card(
     ``results.json``) or from the settings (``config``, ``model_config``). ``model_config`` is the trained
     model's configuration (``None``: the sizes ``config`` asks for; the vocabulary size is then unknown).
     ``dataset`` describes the data (the fields of :data:`DATASET_CARD`); by default
-    :func:`dataset_description` reads it from the run's corpus folder. ``command`` names the command that measured the scores and ``provenance`` adds lines about where the
-    results file comes from (versions, revision); both default to the training run itself.
+    :func:`dataset_description` reads it from the run's corpus folder. ``command`` names the command that
+    measured the scores and ``provenance`` adds lines about where the results file comes from (versions,
+    revision); both default to the training run itself.
     """
     pair = f"{config.source_lang}-{config.target_lang}"
     overrides = ", ".join(f"{k}={v}" for k, v in config.config_overrides.items()) or "none"
@@ -205,7 +207,10 @@ def build_model_card(
     elif known_vocab:
         vocab = f"{sizes.vocab_size} tokens, a joint byte-level BPE of both languages trained on the training split"
     else:
-        vocab = f"a joint byte-level BPE of both languages trained on the training split (vocab_size {config.vocab_size} requested)"
+        vocab = (
+            "a joint byte-level BPE of both languages trained on the training split "
+            f"(vocab_size {config.vocab_size} requested)"
+        )
     origin = (
         f"initialised from `{config.model_name_or_path}`"
         if config.model_name_or_path
@@ -230,7 +235,8 @@ def build_model_card(
     averaged_text = (
         f"averaged checkpoints: {', '.join(averaged)}"
         if averaged
-        else f"averaged the last saved checkpoints (at most average_last = {config.average_last}; this results file does not list them)"
+        else f"averaged the last saved checkpoints (at most average_last = {config.average_last}; "
+        "this results file does not list them)"
     )
     valid = ""
     if "valid_loss" in summary:
@@ -263,7 +269,8 @@ def build_model_card(
     body = f"""
 # {name}
 
-The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), {config.source_lang}→{config.target_lang}, trained
+The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), \
+{config.source_lang}→{config.target_lang}, trained
 from scratch with the `vanilla_transformer` package's implementation of the paper's recipe (§5) on
 {dataset["title"]}.
 
@@ -291,12 +298,14 @@ The paper's architecture, {origin}:
 
 ## Training recipe
 
-- Data: `{config.dataset_name}`, splits `{config.train_split}` / `{config.validation_split}` / `{config.test_split}`, pairs longer
+- Data: `{config.dataset_name}`, splits `{config.train_split}` / `{config.validation_split}` / \
+`{config.test_split}`, pairs longer
   than {config.max_length} tokens on either side dropped (never truncated).
 - Batches of sentence pairs of similar length, at most {config.max_tokens} padded tokens per side
   × {config.gradient_accumulation_steps} accumulation × {processes} (§5.1), seed {config.seed}.
 - Adam(β1 {config.adam_beta1}, β2 {config.adam_beta2}, ε {config.adam_epsilon}), the paper's learning rate with
-  {config.warmup_steps} warm-up steps, × lr_factor {config.lr_factor} (§5.3); label smoothing {config.label_smoothing_factor} (§5.4);
+  {config.warmup_steps} warm-up steps, × lr_factor {config.lr_factor} (§5.3); \
+label smoothing {config.label_smoothing_factor} (§5.4);
   {clipping}; mixed precision `{config.mixed_precision}`.
 - Budget: {budget}; checkpoints every {config.save_steps} steps and at the stop; {averaged_text} (§6.1).
 

@@ -155,7 +155,8 @@ def _line_batches(stream: Any, batch_size: int) -> Iterator[list[str]]:
                 if batch:  # the lines before it are translated first
                     yield batch
                 raise ValueError(
-                    f"standard input, line {number}, is not UTF-8 (byte {error.start} is {raw[error.start : error.start + 1]!r}); "
+                    f"standard input, line {number}, is not UTF-8 "
+                    f"(byte {error.start} is {raw[error.start : error.start + 1]!r}); "
                     f"re-encode the input (e.g. `iconv -f latin1 -t utf-8`)."
                 ) from None
             batch.append((line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r"))

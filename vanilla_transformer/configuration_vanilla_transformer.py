@@ -22,8 +22,9 @@ One more switch is not a deviation but a variation in the manner of the paper's 
 * ``head_dim``: the size d_k = d_v of every attention head. Left out (``None``), it is the paper's
   rule d_k = d_v = d_model / h, and the config holds that number, as transformers' configs do (it stays
   ``None`` only when the two stacks have different head counts, each then d_model / its h); when set,
-  the h heads together are h·d_k wide, which need not equal d_model: smaller (or larger) heads with h fixed. (Table 3's row (B) shrank d_k alone and kept
-  d_v = 64, its 58M / 60M parameters; ``head_dim`` sets d_k and d_v together.)
+  the h heads together are h·d_k wide, which need not equal d_model: smaller (or larger) heads with h
+  fixed. (Table 3's row (B) shrank d_k alone and kept d_v = 64, its 58M / 60M parameters; ``head_dim``
+  sets d_k and d_v together.)
 """
 
 from huggingface_hub.dataclasses import strict
@@ -41,8 +42,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
         encoder_attention_heads / decoder_attention_heads: parallel attention heads h (§3.2.2, h = 8).
         head_dim: size d_k = d_v of every attention head of both stacks. ``None`` (default): d_model / h
             (§3.2.2, 64), stored resolved, so that ``config.head_dim`` is the number (it stays ``None`` when the
-            stacks' head counts differ, each stack then d_model / its own h). When set, Q, K and V project d_model to h·d_k and the output projection
-            maps h·d_k back to d_model; h need not divide d_model, and the stacks' h may differ (not a deviation).
+            stacks' head counts differ, each stack then d_model / its own h). When set, Q, K and V project
+            d_model to h·d_k and the output projection maps h·d_k back to d_model; h need not divide d_model,
+            and the stacks' h may differ (not a deviation).
         encoder_ffn_dim / decoder_ffn_dim: inner size d_ff of the position-wise FFN (§3.3, 2048).
         dropout: P_drop, applied to each sub-layer output and to embeddings + positions (§5.4, 0.1).
         attention_dropout: dropout on attention probabilities (not in the paper; 0).

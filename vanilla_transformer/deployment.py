@@ -334,7 +334,8 @@ class CTranslate2Translator:
         folder = Path(folder)
         if not (folder / EXPORT_FILE).is_file() or not (folder / "model.bin").is_file():
             hint = (
-                f"it looks like a saved model: export it first with `vanilla-transformer export --model_name_or_path {folder} "
+                "it looks like a saved model: export it first with "
+                f"`vanilla-transformer export --model_name_or_path {folder} "
                 f"--output_dir DIR`, then use DIR"
                 if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
                 else "give the folder that `vanilla-transformer export` wrote"
@@ -407,7 +408,8 @@ class CTranslate2Translator:
         )
         if getattr(config, "length_penalty_form", None) == "gnmt" and num_beams > 1 and length_penalty:
             logger.warning_once(
-                "The export's generation_config.json asks for GNMT's length penalty ((5 + |Y|) / 6)^α, which CTranslate2 "
+                "The export's generation_config.json asks for GNMT's length penalty ((5 + |Y|) / 6)^α, "
+                "which CTranslate2 "
                 "does not compute: it ranks beams by log P / |Y|^α. For GNMT's penalty, translate with the saved model "
                 "(--engine transformers)."
             )

@@ -103,9 +103,9 @@ def translate_candidates(
 
     Args:
         text: one source sentence.
-        num_beams, length_penalty, max_new_tokens: as in :func:`~vanilla_transformer.evaluation.translate`; ``None`` keeps the model's
-            generation config (the paper's beam 4, α = 0.6, source length + 50). ``num_beams=1`` is greedy
-            decoding, which has one candidate.
+        num_beams, length_penalty, max_new_tokens: as in :func:`~vanilla_transformer.evaluation.translate`;
+            ``None`` keeps the model's generation config (the paper's beam 4, α = 0.6, source length + 50).
+            ``num_beams=1`` is greedy decoding, which has one candidate.
         num_return_sequences: how many candidates, at most ``num_beams``; ``None``: ``num_beams``.
 
     Returns:

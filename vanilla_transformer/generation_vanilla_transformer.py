@@ -82,7 +82,8 @@ def checked_length_penalty_form(form: str | None) -> str:
     if form not in LENGTH_PENALTY_FORMS:
         raise ValueError(
             f"length_penalty_form={form!r} is not one of {', '.join(map(repr, LENGTH_PENALTY_FORMS))}: 'power' divides "
-            f"a hypothesis's log-probability by |Y|^α (transformers'), 'gnmt' by ((5 + |Y|) / 6)^α (GNMT's, the paper's)."
+            f"a hypothesis's log-probability by |Y|^α (transformers'), "
+            f"'gnmt' by ((5 + |Y|) / 6)^α (GNMT's, the paper's)."
         )
     return form
 
@@ -121,8 +122,9 @@ def attention_for_grouped_beams(
     rows, heads, q_len, _ = query.shape
     if rows != key.shape[0] * group:
         raise ValueError(
-            f"beams_per_encoder_row={group} needs {group} decoder rows per encoder row, but the decoder has {rows} rows "
-            f"and the encoder output {key.shape[0]}: give one encoder row per group of {group} consecutive decoder rows "
+            f"beams_per_encoder_row={group} needs {group} decoder rows per encoder row, "
+            f"but the decoder has {rows} rows and the encoder output {key.shape[0]}: "
+            f"give one encoder row per group of {group} consecutive decoder rows "
             f"(the beams of a sentence), or leave beams_per_encoder_row at 1."
         )
     query = query.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)  # [B/g, H, g·T_q, d_k]
@@ -330,7 +332,8 @@ class VanillaTransformerGenerationMixin(GenerationMixin):
         ):
             logger.warning_once(
                 f"length_penalty_form='gnmt' is computed by the package's beam search only, which does not run here "
-                f"({reason}): transformers' beam search ranks by log P / |Y|^α instead. For GNMT's penalty use eager or "
+                f"({reason}): transformers' beam search ranks by log P / |Y|^α instead. "
+                f"For GNMT's penalty use eager or "
                 f"sdpa attention, a dynamic cache and no returned scores; or set length_penalty_form='power'."
             )
         return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)

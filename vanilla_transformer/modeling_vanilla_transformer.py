@@ -2,7 +2,8 @@
 
 Read top to bottom, this file follows the paper:
 
-    §3.5   positional encoding            -> sinusoidal_position_encoding, VanillaTransformerSinusoidalPositionalEncoding
+    §3.5   positional encoding            -> sinusoidal_position_encoding,
+                                             VanillaTransformerSinusoidalPositionalEncoding
     §3.2.1 scaled dot-product attention   -> eager_attention_forward (or SDPA through ALL_ATTENTION_FUNCTIONS)
     §3.2.2 multi-head attention           -> VanillaTransformerAttention
     §3.3   position-wise feed-forward     -> VanillaTransformerFeedForward
@@ -123,7 +124,8 @@ class VanillaTransformerLearnedPositionalEmbedding(nn.Embedding):
     def forward(self, seq_len: int, past_len: int | torch.Tensor = 0) -> torch.Tensor:
         if isinstance(past_len, int) and past_len + seq_len > self.num_embeddings:
             raise ValueError(
-                f"Sequence of {past_len + seq_len} positions is longer than max_position_embeddings={self.num_embeddings} "
+                f"Sequence of {past_len + seq_len} positions is longer than "
+                f"max_position_embeddings={self.num_embeddings} "
                 f"of this model's learned positions. Shorten or split the input; sinusoidal positions "
                 f"(position_embedding_type='sinusoidal') have no such limit."
             )
@@ -625,7 +627,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            return_dict=True,  # whatever config.return_dict says: this forward's own output is what can_return_tuple turns
+            # whatever config.return_dict says: this forward's own output is what can_return_tuple turns
+            return_dict=True,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -1013,7 +1016,8 @@ SOURCE_LENGTH_OFFSET = 50
 #: §6.1: "length penalty α = 0.6", citing GNMT, whose penalty is ((5 + |Y|) / 6)^α. By default beam search divides by
 #: |Y|^α, as transformers and CTranslate2 do: measured on two test sets, GNMT's form did not translate better, and
 #: |Y|^α keeps every engine's tokens the same (the project's docs/model.md, "The length penalty").
-#: ``generation_config.length_penalty_form = "gnmt"`` gives the paper's (``generation_vanilla_transformer.LENGTH_PENALTY_FORMS``).
+#: ``generation_config.length_penalty_form = "gnmt"`` gives the paper's
+#: (``generation_vanilla_transformer.LENGTH_PENALTY_FORMS``).
 LENGTH_PENALTY_FORM = "power"
 #: §6.1: "beam search with a beam size of 4 and length penalty α = 0.6" — the decoding settings of the
 #: checkpoints the package makes (``loading.new_model``), saved in their ``generation_config.json``.

@@ -107,7 +107,8 @@ class PreparedSplit:
 
 
 def cache_folder() -> Path:
-    """Where prepared corpora are kept: ``$VANILLA_TRANSFORMER_CACHE/prepared`` (default ``~/.cache/vanilla_transformer``)."""
+    """Where prepared corpora are kept: ``$VANILLA_TRANSFORMER_CACHE/prepared``
+    (default ``~/.cache/vanilla_transformer``)."""
     root = os.environ.get("VANILLA_TRANSFORMER_CACHE") or Path.home() / ".cache" / "vanilla_transformer"
     return Path(root) / "prepared"
 
@@ -269,7 +270,8 @@ def load_prepared_split(folder: Path) -> PreparedSplit:
         ) from None
     if meta.get("format") != PREPARED_FORMAT:
         raise ValueError(
-            f"{str(folder)!r} was prepared in format {meta.get('format')!r}, this package reads format {PREPARED_FORMAT}: "
+            f"{str(folder)!r} was prepared in format {meta.get('format')!r}, "
+            f"this package reads format {PREPARED_FORMAT}: "
             f"delete the folder to prepare the corpus again."
         )
 

@@ -450,7 +450,8 @@ def train(config: TrainConfig) -> dict:
                 )
                 raise FloatingPointError(
                     f"Non-finite training loss in {steps}, found before any checkpoint of it was written; {kept}. "
-                    f"Lower lr_factor, raise warmup_steps or set max_grad_norm, then rerun with --resume_from_checkpoint; with fp16, use bf16."
+                    f"Lower lr_factor, raise warmup_steps or set max_grad_norm, "
+                    f"then rerun with --resume_from_checkpoint; with fp16, use bf16."
                 )
             unchecked_from = state["step"] + 1
         if logging_step:
@@ -505,7 +506,8 @@ def train(config: TrainConfig) -> dict:
         except Exception as error:
             raise RuntimeError(
                 f"Training finished and {summary['final_dir']} is complete, but the upload to {config.hub_model_id} "
-                f"failed ({type(error).__name__}: {error}). Retry with `hf upload {config.hub_model_id} {summary['final_dir']}`."
+                f"failed ({type(error).__name__}: {error}). "
+                f"Retry with `hf upload {config.hub_model_id} {summary['final_dir']}`."
             ) from error
         write_json_atomically(output_dir / "results.json", summary)
     return summary
@@ -525,7 +527,8 @@ def _check_hub_upload_possible(repo_id: str) -> None:
         )
     if huggingface_hub.get_token() is None:
         raise ValueError(
-            f"push_to_hub={repo_id!r} needs a Hugging Face token with write access: run `hf auth login` or set HF_TOKEN."
+            f"push_to_hub={repo_id!r} needs a Hugging Face token with write access: "
+            f"run `hf auth login` or set HF_TOKEN."
         )
 
 
@@ -569,7 +572,8 @@ def cpu_has_bf16_units() -> bool:
 
 def resolve_mixed_precision(mixed_precision: str, cpu: bool) -> str:
     """``auto`` -> ``bf16`` where the hardware has bf16 units: CUDA GPUs that support bf16, and CPUs with AMX
-    or AVX512-BF16 (measured against fp32 by benchmarks/bf16_curve.py); ``no`` elsewhere. Other values are returned as given."""
+    or AVX512-BF16 (measured against fp32 by benchmarks/bf16_curve.py); ``no`` elsewhere. Other values are
+    returned as given."""
     if mixed_precision != "auto":
         return mixed_precision
     if not cpu:
@@ -598,7 +602,8 @@ def _refuse_sharding(accelerator) -> None:
     asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
     if asked or accelerator.distributed_type.value == "FSDP":
         where = (
-            "Accelerate runs FSDP only on GPUs and other accelerators; on CPU processes it would silently fall back to DDP"
+            "Accelerate runs FSDP only on GPUs and other accelerators; "
+            "on CPU processes it would silently fall back to DDP"
             if accelerator.device.type == "cpu"
             else "this training loop does not save, average or resume FSDP's sharded checkpoints yet"
         )
@@ -641,7 +646,8 @@ def _checkpoint_to_resume(resume: str | None, existing: list[Path], checkpoint_d
     if given.resolve() != existing[-1].resolve():
         raise ValueError(
             f"--resume_from_checkpoint {resume}: the run has newer checkpoints ({existing[-1].name}), which going on "
-            f"from {given.name} would overwrite. Resume from {existing[-1]} (or 'latest'), or move the newer ones away first."
+            f"from {given.name} would overwrite. Resume from {existing[-1]} (or 'latest'), "
+            f"or move the newer ones away first."
         )
     return existing[-1]
 

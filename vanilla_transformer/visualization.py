@@ -6,9 +6,11 @@ plotted, so that tests can check the picture's content and not only that a file 
 
     §3    the model (Figure 1)       -> plot_architecture          (read off a model's modules)
     §3.5  positional encodings       -> plot_positional_encoding   (the model's own ``pe`` buffer)
-    §3.2.3 causal and padding masks  -> plot_masks                 (the model's create_causal_mask / create_bidirectional_mask)
+    §3.2.3 causal and padding masks  -> plot_masks                 (the model's create_causal_mask /
+                                                                    create_bidirectional_mask)
     §5.3  learning-rate schedule     -> plot_learning_rate         (schedule.noam_learning_rate)
-    §5.4  label smoothing            -> plot_label_smoothing       (the target distribution of F.cross_entropy's smoothing)
+    §5.4  label smoothing            -> plot_label_smoothing       (the target distribution of
+                                                                    F.cross_entropy's smoothing)
     §3.2  attention maps             -> attention_maps, plot_attention, draw_attention, draw_attention_maps
                                          (eager attention weights of a saved or training model)
 
@@ -531,7 +533,8 @@ def plot_learning_rate(
     ax.set_xlabel("training step")
     ax.set_ylabel("learning rate")
     ax.set_title(
-        "Learning rate (§5.3): linear warm-up, then ∝ 1/√step;  lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)",
+        "Learning rate (§5.3): linear warm-up, then ∝ 1/√step;  "
+        "lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)",
         fontsize=10,
     )
     ax.set_xlim(0, max_steps)
