@@ -2,6 +2,8 @@
 
     python benchmarks/multi30k.py --minutes 60            # the budget of the project's goal
     python benchmarks/multi30k.py --minutes 10 --directions de-en
+    python benchmarks/multi30k.py --minutes 60 --directions en-de --max-steps 7212   # an earlier run's steps
+    python benchmarks/multi30k.py --minutes 60 --directions en-de --max-steps 7212 --resume   # after a stop
 
 Each direction trains with `vanilla_transformer.training.train` (the paper's recipe: token-bucketed
 batches, Adam 0.9/0.98/1e-9 with warm-up + inverse square root, label smoothing 0.1, average of the last
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
+from reporting import check_multi30k, cpu_name, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
 from vanilla_transformer.training import resolve_mixed_precision, train
 from vanilla_transformer.training_config import TrainConfig
@@ -91,9 +93,11 @@ def train_config(
     processes: int,
     data: str,
     output_dir: str | None = None,
+    max_steps: int | None = None,
+    resume: bool = False,
 ) -> TrainConfig:
     """The TrainConfig that trains ``direction`` with ``recipe`` in each of ``processes`` (which share the
-    recipe's tokens per step)."""
+    recipe's tokens per step): for ``minutes``, or, with ``max_steps``, to that step whatever the time."""
     src, tgt = direction.split("-")
     return TrainConfig(
         dataset_name=data,
@@ -106,8 +110,8 @@ def train_config(
         max_tokens=recipe["max_tokens_per_step"] // processes,
         warmup_steps=recipe["warmup_steps"],
         lr_factor=recipe["lr_factor"],
-        max_steps=10**6,
-        max_minutes=minutes,
+        max_steps=max_steps or 10**6,
+        max_minutes=None if max_steps else minutes,
         eval_steps=recipe["eval_every"],
         eval_bleu_sentences=100,
         save_steps=recipe["save_every"],
@@ -115,6 +119,7 @@ def train_config(
         average_last=5,
         mixed_precision=mixed_precision,
         output_dir=output_dir or f"outputs/multi30k-{direction}-{minutes:g}min",
+        resume_from_checkpoint="latest" if resume else None,
     )
 
 
@@ -122,11 +127,21 @@ def run_folder(output_root: Path, direction: str, minutes: float) -> Path:
     return output_root / f"multi30k-{direction}-{minutes:g}min"
 
 
-def run(direction: str, minutes: float, data: Path, output_root: Path, mixed_precision: str) -> dict:
+def run(
+    direction: str,
+    minutes: float,
+    data: Path,
+    output_root: Path,
+    mixed_precision: str,
+    max_steps: int | None = None,
+    resume: bool = False,
+) -> dict:
     """Train and score one direction in this process (one of several under torchrun); the row of the results."""
     output_dir = str(run_folder(output_root, direction, minutes))
     processes = int(os.environ.get("WORLD_SIZE", "1"))
-    summary = train(train_config(direction, minutes, RECIPE, mixed_precision, processes, str(data), output_dir))
+    summary = train(
+        train_config(direction, minutes, RECIPE, mixed_precision, processes, str(data), output_dir, max_steps, resume)
+    )
     row = {
         "direction": direction,
         "minutes": minutes,
@@ -134,8 +149,15 @@ def run(direction: str, minutes: float, data: Path, output_root: Path, mixed_pre
         "recipe": RECIPE,
         "processes": processes,
         "threads_per_process": torch.get_num_threads(),
+        "machine": f"{cpu_name()}, {os.cpu_count()} cores" if not torch.cuda.is_available() else gpu_name(),
     }
+    if max_steps:
+        row["max_steps"] = max_steps  # trained to this step, whatever the time (loop_seconds says how long)
     return {**row, **{k: summary.get(k) for k in ("step", "target_tokens", "loop_seconds", "test")}}
+
+
+def gpu_name() -> str:
+    return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
 
 
 def _git_revision() -> str | None:
@@ -194,19 +216,32 @@ def main() -> None:
     )
     parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (torchrun, gloo); default 2")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        help="train to this step instead of for --minutes (to rerun an earlier run of the budget at its step count on "
+        "a slower machine); the results keep the --minutes name and record the time taken",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the newest checkpoint of a stopped run of the same command (resuming is bit-exact)",
+    )
     args = parser.parse_args()
     check_multi30k(args.data, parser)
     # recorded as resolved; emulated bf16 (CPUs without AMX or AVX512-BF16) is about 20 times slower than fp32
     args.mixed_precision = resolve_mixed_precision(args.mixed_precision, cpu=not torch.cuda.is_available())
     if args.processes < 1:
         parser.error(f"--processes {args.processes}: give 1 or more")
-    if "WORLD_SIZE" not in os.environ:  # checked once, before any process starts: a run is measured from scratch
+    if args.max_steps is not None and args.max_steps < 1:
+        parser.error(f"--max-steps {args.max_steps}: give 1 or more")
+    if "WORLD_SIZE" not in os.environ and not args.resume:  # checked once, before any process starts
         earlier = [run_folder(args.output_root, d, args.minutes) for d in args.directions]
         earlier = [folder for folder in earlier if (folder / "checkpoints").is_dir()]
         if earlier:
             parser.error(
                 f"{', '.join(map(str, earlier))} holds an earlier run of this budget: move or delete it, or give "
-                f"--output-root elsewhere (a benchmark run starts from scratch)"
+                f"--output-root elsewhere (a benchmark run starts from scratch), or go on with it with --resume"
             )
     if args.processes > 1 and "WORLD_SIZE" not in os.environ:
         sys.exit(_relaunch_under_torchrun(args.processes))
@@ -224,10 +259,17 @@ def main() -> None:
     previous = json.loads((out / f"{stem}.json").read_text()) if (out / f"{stem}.json").is_file() else {"results": []}
     results = [r for r in previous["results"] if r["direction"] not in args.directions]
     for direction in args.directions:
-        row = run(direction, args.minutes, args.data, args.output_root, args.mixed_precision)
+        folder = run_folder(args.output_root, direction, args.minutes)
+        this_start = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "revision": revision, "command": command}
+        starts = _record_start(folder, this_start, main_process, args.resume)
+        row = run(
+            direction, args.minutes, args.data, args.output_root, args.mixed_precision, args.max_steps, args.resume
+        )
         if not main_process:
             continue
-        row.update(date=time.strftime("%Y-%m-%d", time.gmtime()), revision=revision, command=command)
+        row.update(starts[0])  # the first start's date, commit and command describe the run
+        if len(starts) > 1:
+            row["resumed"] = starts[1:]
         results.append(row)
         results.sort(key=lambda r: r["direction"])
         # written after each direction, so that a crash in the second hour does not lose the first
@@ -239,6 +281,18 @@ def main() -> None:
     print(table)
 
 
+def _record_start(folder: Path, start: dict, main_process: bool, resume: bool) -> list[dict]:
+    """Every start of a run (date, commit, command), kept in its folder so that a resumed run's row says which code
+    ran it: a fresh start replaces the list, a resume adds to it."""
+    if not main_process:  # only the main process reads and writes the list (and writes the row)
+        return [start]
+    path = folder / "benchmark_starts.json"
+    starts = [*(json.loads(path.read_text()) if resume and path.is_file() else []), start]
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(starts, indent=2) + "\n")
+    return starts
+
+
 def results_table(results: list[dict]) -> str:
     """The Markdown table of a results file's rows (rows without ``attention_bias`` in their recipe were run with
     attention biases, before the field existed)."""
@@ -248,8 +302,11 @@ def results_table(results: list[dict]) -> str:
     ]
     for r in results:
         t, biases = r["test"], r.get("recipe", {}).get("attention_bias", True)
+        budget = f"{r['minutes']:g} min"
+        if r.get("max_steps"):
+            budget = f"{r['max_steps']:,} steps ({r['loop_seconds'] / 60:.0f} min)"
         lines.append(
-            f"| {r['direction']} | {r['minutes']:g} min | {'yes' if biases else 'no'} | {r['step']} | "
+            f"| {r['direction']} | {budget} | {'yes' if biases else 'no'} | {r['step']} | "
             f"{r['target_tokens']:,} | "
             f"{t['bleu']:.2f} | {t['chrf']:.2f} | {r.get('date', '?')}, {r.get('revision') or '?'} | "
             f"{t['bleu_signature'].replace('|', chr(92) + '|')} |"

@@ -221,13 +221,22 @@ def multi30k_cards(results_path: str | Path, root: str | Path = ".") -> dict[str
     for row in report["results"]:
         if "recipe" in row:  # rows written since the script records its recipe, command and processes
             config = multi30k_train_config(
-                row["direction"], row["minutes"], row["recipe"], row["mixed_precision"], row["processes"], MULTI30K_DATA
+                row["direction"],
+                row["minutes"],
+                row["recipe"],
+                row["mixed_precision"],
+                row["processes"],
+                MULTI30K_DATA,
+                max_steps=row.get("max_steps"),
             )
             command = row["command"]
             source = (
                 f"- Results file: `{relative}` (this row: run on {row['date']} "
                 f"at commit {row.get('revision') or 'unknown'}, "
-                f"{row['processes']} × {row['threads_per_process']} (processes × threads each))."
+                f"{row['processes']} × {row['threads_per_process']} (processes × threads each)"
+                + (f", on {row['machine']}" if row.get("machine") else "")
+                + (f"; resumed {len(row['resumed'])} time(s)" if row.get("resumed") else "")
+                + ")."
             )
         else:
             revision = pinned.get("revision", MULTI30K_UNRECORDED)

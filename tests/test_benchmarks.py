@@ -4,6 +4,7 @@ import dataclasses
 import gzip
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -251,6 +252,53 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
         "recipe": {k: v for k, v in row["recipe"].items() if k != "attention_bias"}
     }
     assert "| de-en | 0.05 min | yes |" in multi30k.results_table([old_row])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_multi30k_benchmark_trains_to_a_step_count_and_goes_on_after_a_stop(corpus, tmp_path):
+    """--max-steps trains to a step whatever the time, and --resume goes on from the run's newest checkpoint
+    (instead of refusing an earlier run): the row records both starts, the step cap and the machine."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import multi30k
+
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    for split, name, n in (("train", "train", 200), ("valid", "val", 8), ("test", "test_2016_flickr", 4)):
+        for lang in ("en", "de"):
+            lines = (corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
+            (data / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "multi30k.py"),
+        "--minutes",
+        "0.01",  # a budget that --max-steps overrides: 6 steps take longer than 0.6 s
+        "--directions",
+        "en-de",
+        "--processes",
+        "1",
+        "--data",
+        str(data),
+        "--output-root",
+        str(tmp_path / "out"),
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    first = subprocess.run([*command, "--max-steps", "3"], capture_output=True, text=True, timeout=180, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = subprocess.run([*command, "--max-steps", "6"], capture_output=True, text=True, timeout=60, env=env)
+    assert again.returncode == 2 and "or go on with it with --resume" in again.stderr, again.stderr[-2000:]
+    resumed = subprocess.run(
+        [*command, "--max-steps", "6", "--resume"], capture_output=True, text=True, timeout=180, env=env
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from checkpoint-3 (step 3" in resumed.stderr + resumed.stdout
+    (row,) = json.loads((tmp_path / "results" / "multi30k-0.01min.json").read_text())["results"]
+    assert row["step"] == row["max_steps"] == 6 and row["loop_seconds"] > 0.6
+    assert row["command"].endswith("--max-steps 3") and row["resumed"][0]["command"].endswith("--max-steps 6 --resume")
+    assert row["machine"].endswith(f", {os.cpu_count()} cores")
+    assert f"| en-de | 6 steps ({row['loop_seconds'] / 60:.0f} min) | no | 6 |" in multi30k.results_table([row])
 
 
 @pytest.mark.slow
