@@ -176,6 +176,19 @@ def claims() -> list[tuple[str, str]]:
         f"{trainer['ours_label_smoother']['ratio_to_marian']:.2f}× through `LabelSmoother` ({machine['cpu']}, "
         f"{machine['threads']}\n  thread{'s' if machine['threads'] > 1 else ''};",
     ]
+    batching = {
+        name: load(f"ctranslate2-batching-{name}")["quantizations"] for name in ("tatoeba_en_de", "multi30k-de-en")
+    }
+    ratios = {
+        name: ", ".join(f"{q['package_vs_translate_batch']:.2f}×" for q in (b["int8"], b["float32"]))
+        for name, b in batching.items()
+    }
+    redecoded = {name: f"{b['int8']['redecoded']}, {b['float32']['redecoded']}" for name, b in batching.items()}
+    performance_log = [
+        f"to {span([r['ratio'] for r in speed_rows('generate', beams=4, batch=32)])} (see",
+        f"| the limit most of their sentences have | {ratios['tatoeba_en_de']} | {redecoded['tatoeba_en_de']} | "
+        f"{ratios['multi30k-de-en']} | {redecoded['multi30k-de-en']} |",
+    ]
     return (
         [("README.md", text) for text in readme]
         + [("docs/reliability.md", text) for text in reliability]
@@ -184,6 +197,7 @@ def claims() -> list[tuple[str, str]]:
         + [("docs/deployment.md", text) for text in deployment_page]
         + [("docs/training.md", text) for text in training]
         + [("docs/transformers.md", text) for text in transformers_page]
+        + [("docs/performance-log.md", text) for text in performance_log]
     )
 
 
@@ -208,6 +222,28 @@ def test_a_changed_number_is_caught():
     assert [text for _, text in unmatched(claimed, pages)] == [
         t for w, t in claimed if w == "README.md" and f"**{bleu}**" in t
     ]
+
+
+def after_moving_the_fast_paths() -> dict[str, float]:
+    """The "after 2" run of the performance log's table on moving the fast paths: its rows, by the table's labels."""
+    run = load("speed-train-memory-generate-fp32")
+    rows = {f"train {r['size']} {r['precision']}": r["ratio"] for r in run["train"]}
+    rows |= {f"peak memory {r['size']} {r['precision']} (lower is better)": r["ratio"] for r in run["memory"]}
+    for r in run["generate"]:
+        search = "greedy" if r["beams"] == 1 else f"beam {r['beams']}"
+        rows[f"generate {r['size']} {r['precision']} {search} batch {r['batch']}"] = r["ratio"]
+    return rows
+
+
+def test_the_performance_logs_after_column_is_its_results_file():
+    """Each row of the table's "after 2" column (the 5th cell) is the committed run's ratio to Marian."""
+    section = page("docs/performance-log.md").split("## Moving the fast paths out of the model file", 1)[1]
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in section.splitlines() if line.startswith("| ")}
+    expected = after_moving_the_fast_paths()
+    assert len(expected) == 12
+    for label, ratio in expected.items():
+        cells = [cell.strip() for cell in lines[label].strip("|").split("|")]
+        assert cells[4] == f"{ratio:.2f}", f"docs/performance-log.md, {label}: after 2 should read {ratio:.2f}"
 
 
 MEASURED = re.compile(r"\d[\d,]*(?:\.\d+)?(?:–\d[\d,]*(?:\.\d+)?)?\s?(?:×|%)|\d+\.\d+")
