@@ -149,7 +149,7 @@ def run(
         "recipe": RECIPE,
         "processes": processes,
         "threads_per_process": torch.get_num_threads(),
-        "machine": f"{cpu_name()}, {os.cpu_count()} cores" if not torch.cuda.is_available() else gpu_name(),
+        "machine": cpu_name() if not torch.cuda.is_available() else gpu_name(),
     }
     if max_steps:
         row["max_steps"] = max_steps  # trained to this step, whatever the time (loop_seconds says how long)

@@ -1,5 +1,6 @@
 """The benchmark scripts run (tiny sizes, one repeat) so that they cannot rot."""
 
+import argparse
 import dataclasses
 import gzip
 import json
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -598,3 +600,181 @@ def test_the_gpu_check_dry_run_runs_every_step_on_the_cpu(tmp_path):
     assert any(line.startswith("PASSED") and "no_training_step_waits" in line for line in report["tests"]["outcomes"])
     assert report["throughput"]["rows"]["ours"]["target_tokens_per_s"] > 0 and report["main_job"]["step"] == 2
     assert report["ctranslate2"]["identical_outputs"] == report["ctranslate2"]["sentences"]
+
+
+# --------------------------------------------------------------------------------------------
+# benchmarks/table3_converged.py
+# --------------------------------------------------------------------------------------------
+def _table3_converged():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import table3_converged
+
+    return table3_converged
+
+
+@pytest.mark.parametrize("df", [1, 2, 4, 10, 30])
+def test_table3_t_quantiles_leave_two_and_a_half_percent_above(df):
+    """The tabulated 97.5 % quantile, checked by integrating Student's t density (trapezoids) from 0 to it."""
+    t3 = _table3_converged()
+    q = t3.t_quantile(df)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    xs = [q * i / 20000 for i in range(20001)]
+    ys = [math.exp(log_norm - (df + 1) / 2 * math.log1p(x * x / df)) for x in xs]
+    area = sum((a + b) / 2 for a, b in zip(ys, ys[1:])) * q / 20000
+    assert 0.5 + area == pytest.approx(0.975, abs=2e-4)
+    with pytest.raises(ValueError, match="31 degrees of freedom"):
+        t3.t_quantile(31)
+
+
+def test_table3_bleu_resamples_are_sacrebleus_corpus_bleu_of_the_resampled_sentences():
+    """The resampler's scores (sacreBLEU's sentence statistics, summed over a resample) equal sacreBLEU's corpus
+    BLEU of that resample's sentences."""
+    import sacrebleu
+
+    t3 = _table3_converged()
+    references = [f"a dog number {i} runs on the {'green' if i % 2 else 'wet'} grass ." for i in range(12)]
+    hypotheses = [r.replace("dog", "cat") if i % 3 else r for i, r in enumerate(references)]
+    resampler = t3.BleuResampler(references, samples=5)
+    scores = resampler.scores(hypotheses)
+    for k in range(5):
+        picked = resampler.indices[k]
+        expected = sacrebleu.corpus_bleu([hypotheses[i] for i in picked], [[references[i] for i in picked]]).score
+        assert scores[k] == pytest.approx(expected, abs=1e-9)
+
+
+def test_table3_paired_intervals_and_outcomes():
+    t3 = _table3_converged()
+    interval = t3.paired_interval([-1.0, -2.0, -3.0])
+    # mean -2, s = 1, t(2) = 4.303: ± 4.303 / √3
+    assert interval["mean"] == -2.0 and interval["high"] == pytest.approx(-2 + 4.303 / math.sqrt(3))
+    assert t3.outcome(interval, "-") == "not resolvable" and t3.outcome(interval, "+") == "not resolvable"
+    tight = t3.paired_interval([-1.9, -2.0, -2.1])
+    assert t3.outcome(tight, "-") == "held" and t3.outcome(tight, "+") == "contradicted"
+    # the test-set part widens the interval: [seeds, resamples] of differences whose mean varies with sd 1
+    noisy = t3.paired_interval([-1.9, -2.0, -2.1], np.array([[-3.0, -1.0] * 50] * 3))
+    assert noisy["test_var"] == pytest.approx(1.0, rel=0.02) and t3.outcome(noisy, "-") == "not resolvable"
+    assert t3.paired_interval([-2.0]) is None and t3.outcome(None, "-") == "not run"
+    near = t3.paired_interval([0.1, -0.1, 0.0])
+    assert t3.outcome(near, "=") == "held" and t3.outcome(tight, "=") == "contradicted"
+    assert t3.claim_verdict(["held", "not resolvable"]) == "not resolvable at this scale"
+    assert t3.claim_verdict(["held", "contradicted"]) == "contradicted"
+    assert t3.claim_verdict(["held", "held"]) == "held" and t3.claim_verdict(["held", "not run"]) == "not run yet"
+
+
+def test_table3_runs_stop_at_the_cap_or_after_their_patience_but_not_before_the_minimum():
+    t3 = _table3_converged()
+    args = argparse.Namespace(max_epochs=20, min_epochs=6, patience=2)
+
+    def curve(nlls, epochs):
+        return [{"step": 250 * (i + 1), "epoch": e, "valid_nll": n} for i, (n, e) in enumerate(zip(nlls, epochs))]
+
+    assert t3.should_stop(curve([3.0, 2.5, 2.6, 2.7], [2, 3, 4, 5]), args) is None  # patience spent, but epoch 5 < 6
+    assert t3.should_stop(curve([3.0, 2.5, 2.6, 2.7], [5, 6, 6, 7]), args) == "early"
+    assert t3.should_stop(curve([3.0, 2.5, 2.6], [5, 6, 7]), args) is None  # one evaluation without a better NLL
+    assert t3.should_stop(curve([3.0, 2.5, 2.4], [18, 19, 20]), args) == "cap"
+    assert [e["step"] for e in t3.window(curve([5, 4, 3, 2, 1, 2, 3], [1] * 7), 4, 5)] == [750, 1000, 1250, 1500, 1750]
+    assert [e["step"] for e in t3.window(curve([1, 2, 3], [1] * 3), 0, 5)] == [250, 500, 750]
+
+
+def _fixture_runs(t3, references, shift: dict[str, float], seeds: int = 3) -> list[dict]:
+    """Runs whose test outputs are the references with some words dropped: more dropped, lower BLEU; rows get
+    ``shift`` more drops (a float: the share of sentences that lose a word) than the base, seed by seed."""
+    runs = []
+    for row, extra in shift.items():
+        for seed in range(seeds):
+            share = 0.2 + 0.02 * seed + extra
+            hyps = [r.rsplit(" ", 2)[0] if (i * 7919 % 100) / 100 < share else r for i, r in enumerate(references)]
+            import sacrebleu
+
+            bleu = sacrebleu.corpus_bleu(hyps, [references])
+            scores = {"ppl": 5.0 + extra + 0.01 * seed, "bleu": bleu.score, "bleu_signature": "sig", "chrf": 0.0}
+            runs.append(
+                {
+                    "row": row,
+                    "seed": seed,
+                    "stop": "early",
+                    "curve": [{"step": 500, "epoch": 7}],
+                    "params": 1e6,
+                    "revision": "abc1234",
+                    "selected": scores,
+                    "averaged": scores,
+                    "last": scores,
+                    "selected_hypotheses": hyps,
+                }
+            )
+    return runs
+
+
+def test_table3_verdicts_follow_the_intervals(tmp_path):
+    """A row clearly worse than the base on every paired seed: the single-head claim holds; the same row better:
+    contradicted; a row equal to the base: "nearly identical" holds only when the interval fits the margin."""
+    t3 = _table3_converged()
+    references = [
+        f"the {w} dog number {i} runs on the grass near a {w} tree today ."
+        for i, w in enumerate(["red", "big", "old", "tall"] * 100)
+    ]
+    worse = _fixture_runs(t3, references, {"base": 0.0, "A-h1": 0.3, "E-learned": 0.0})
+    intervals = t3.comparisons(worse, references, samples=200)
+    single = intervals[("A-h1", "base", "bleu")]
+    assert single["high"] < 0 and t3.outcome(single, "-") == "held"
+    assert intervals[("E-learned", "base", "bleu")]["mean"] == 0.0
+    text = t3.report({"runs": worse}, tmp_path, references, picture=False)
+    assert "- (A) single-head attention is worse than the base's heads (paper: −0.9 BLEU): **held**" in text
+    assert "(E) learned positions give nearly identical results" in text and "**not run yet**" in text
+    better = _fixture_runs(t3, references, {"base": 0.3, "A-h1": 0.0})
+    assert t3.outcome(t3.comparisons(better, references, samples=200)[("A-h1", "base", "bleu")], "-") == "contradicted"
+    effect = t3.resolvable_effect(worse, 3, references, samples=200)
+    assert 0 < effect < abs(single["mean"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(tmp_path):
+    """--smoke end to end: rows train chunk by chunk to their cap, each chunk's weights go where the scoring reads
+    them, a killed run goes on from its curve, the report and the pilot's curves are written."""
+    t3 = _table3_converged()
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, name, n in (("train", "train", 60), ("valid", "val", 8), ("test", "test", 6)):
+        for lang in ("en", "de"):
+            with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                (data / f"{name}.{lang}").write_text("".join(next(f) for _ in range(n)), encoding="utf-8")
+    common = ["--smoke", "--data", str(data), "--output", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")]
+    common += ["--src-lang", "en", "--tgt-lang", "de", "--test-split", "test"]
+    results = t3.main([*common, "--rows", "base", "A-h1", "--seeds", "0", "1"])
+    runs = {(r["row"], r["seed"]): r for r in results["runs"]}
+    assert set(runs) == {("base", 0), ("base", 1), ("A-h1", 0), ("A-h1", 1)}
+    for run in runs.values():
+        steps = [e["step"] for e in run["curve"]]
+        assert steps == list(range(3, 3 * len(steps) + 1, 3)) and run["stop"] in ("cap", "early")
+        assert run["curve"][-1]["epoch"] >= 2 or run["stop"] == "early"
+        assert run["selected"]["steps"][0] in steps and run["last"]["steps"] == [steps[-1]]
+        assert len(run["averaged"]["steps"]) >= 3 and 0 <= run["selected"]["bleu"] <= 100
+    assert runs["base", 0]["selected"]["ppl"] != runs["base", 1]["selected"]["ppl"]  # seeds differ
+    assert not (tmp_path / "work" / "base-seed0" / "checkpoints").exists()  # cleaned after scoring
+    assert (tmp_path / "out" / "table3-converged" / "A-h1-seed1.selected.hyp.gz").is_file()
+    text = (tmp_path / "out" / "table3-converged.md").read_text()
+    assert "| base | — | 2 |" in text and "(A) single-head attention" in text
+    # a run killed after two chunks: its curve and checkpoint are where the next start goes on from
+    record = dict(runs["base", 0])
+    folder = tmp_path / "work" / "again"
+    shutil.copytree(tmp_path / "work" / "tokenizer", tmp_path / "work2" / "tokenizer")
+    args = argparse.Namespace(
+        **{
+            **vars(argparse.Namespace()),
+            **t3.SMOKE,
+            "average": 5,
+            "smoke": True,
+            "data": data,
+            "src_lang": "en",
+            "tgt_lang": "de",
+            "workdir": tmp_path / "work2",
+        }
+    )
+    settings = t3.settings(t3.ROW_BY_KEY["base"], t3.SMOKE_BASE)
+    first = t3.train_run(settings, 0, t3.RECIPE, args, folder, 6)
+    resumed = t3.train_run(settings, 0, t3.RECIPE, args, folder, 9)
+    assert resumed[:2] == first and [e["valid_nll"] for e in resumed] == [e["valid_nll"] for e in record["curve"][:3]]
+    pilot = t3.main([*common, "--pilot"])
+    assert set(pilot["runs"]) == {f"{name} {row}" for name in t3.PILOT_RECIPES for row in t3.PILOT_ROWS}
+    assert (tmp_path / "out" / "table3-pilot.png").is_file()

@@ -54,6 +54,9 @@ NOT_RUN = {
     ("docs/benchmarks.md", "python benchmarks/table3.py                        # every row not yet recorded "
                            "(many CPU-hours; resumable)"):
         "it trains for many CPU-hours; tests/test_benchmarks.py runs its --smoke mode",
+    ("docs/benchmarks.md", "python benchmarks/table3_converged.py --pilot                       "
+                           "# base and N=6 under each candidate recipe"):
+        "it trains for CPU-hours; tests/test_benchmarks.py runs its --smoke mode",
     ("docs/benchmarks.md", "bash scripts/gpu_check.sh             # on a machine with a CUDA GPU: about 8 minutes"):
         "the first needs a CUDA GPU; tests/test_benchmarks.py runs the second",
     ("docs/benchmarks.md", "python benchmarks/prepared_corpus.py --baseline "
