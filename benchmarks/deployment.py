@@ -39,10 +39,6 @@ ENGINES = ("ours", "Marian", "CTranslate2 float32", "CTranslate2 int8")
 BEAM, GREEDY = {"num_beams": 4, "batch_size": 32}, {"num_beams": 1, "batch_size": 1}
 
 
-def _read(path: Path, n: int | None = None) -> list[str]:
-    return read_lines(path, n)
-
-
 # --------------------------------------------------------------------------------------------
 # The peer: MarianMTModel with the same sizes and the same weights
 # --------------------------------------------------------------------------------------------
@@ -213,7 +209,7 @@ def memory_child(args) -> None:
 
     after_imports = _rss()
     loaded = load_engine(args.memory_child, args.model, json.loads(args.exports), args.threads)
-    runner(args.memory_child, loaded, _read(args.sources, args.sentences), BEAM)()
+    runner(args.memory_child, loaded, read_lines(args.sources, args.sentences), BEAM)()
     print(json.dumps({"peak_rss": _peak_rss(), "after_imports": after_imports}))
 
 
@@ -272,7 +268,7 @@ def memory(args, exports: dict) -> list[dict]:
 def bleu(args, loaded: dict) -> list[dict]:
     from vanilla_transformer.evaluation import score, translate, translate_with
 
-    sources, references = _read(args.sources), _read(args.references)
+    sources, references = read_lines(args.sources), read_lines(args.references)
     if len(sources) != len(references):
         raise SystemExit(f"{args.sources} has {len(sources)} lines and {args.references} {len(references)}: not pairs.")
     model, tokenizer = loaded["ours"]
@@ -397,7 +393,7 @@ def main(argv: list[str] | None = None) -> dict:
             for q in ("float32", "int8")
         }
         loaded = {engine: load_engine(engine, args.model, exports, args.threads) for engine in ENGINES}
-        test = _read(args.sources)
+        test = read_lines(args.sources)
         texts = {"beam": test[: args.sentences], "greedy": test[: args.greedy_sentences]}
         model, tokenizer = loaded["ours"]
         results = {
