@@ -776,5 +776,6 @@ def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(tmp_pat
     resumed = t3.train_run(settings, 0, t3.RECIPE, args, folder, 9)
     assert resumed[:2] == first and [e["valid_nll"] for e in resumed] == [e["valid_nll"] for e in record["curve"][:3]]
     pilot = t3.main([*common, "--pilot"])
-    assert set(pilot["runs"]) == {f"{name} {row}" for name in t3.PILOT_RECIPES for row in t3.PILOT_ROWS}
+    assert set(pilot["runs"]) == {t3.pilot_key(name, row) for name, row, _ in t3.PILOT}
+    assert all(len(run["curve"]) == 1 for run in pilot["runs"].values())  # --smoke: one chunk each
     assert (tmp_path / "out" / "table3-pilot.png").is_file()
