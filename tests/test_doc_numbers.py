@@ -64,6 +64,52 @@ def machine_of_speed() -> str:
     return f"Intel Xeon with AMX, {load('speed')['environment']['threads']} cores"
 
 
+def table3_run(row: str, seed: int = 0) -> dict:
+    return next(r for r in load("table3")["runs"] if r["row"] == row and r["seed"] == seed)
+
+
+def table3_findings() -> list[str]:
+    """The numbers of docs/benchmarks.md's "What it found" (Table 3 at 750 steps), from table3.json."""
+
+    def b(row: str, seed: int = 0) -> str:
+        return f"{table3_run(row, seed)['val']['bleu']:.1f}"
+
+    def p(row: str, digits: int, seed: int = 0) -> str:
+        return f"{table3_run(row, seed)['val']['ppl']:.{digits}f}"
+
+    base = [r for r in load("table3")["runs"] if r["row"] == "base"]
+    band_ppl = min(r["val"]["ppl"] for r in base)
+    minutes = [r["train_seconds"] / 60 for r in base]
+    gains = [r["averaged"]["bleu"] - r["val"]["bleu"] for r in sorted(base, key=lambda r: r["seed"])]
+    assert min(r["val"]["ppl"] for r in load("table3")["runs"]) == table3_run("D-drop0.0")["val"]["ppl"]
+    return [
+        f"BLEU {b('D-drop0.0')} without it, {b('D-drop0.1')} at 0.1, "
+        f"{span([r['val']['bleu'] for r in base], 1, '')} at the base's 0.3, {b('D-drop0.5')} at",
+        f"val PPL was lowest without it ({p('D-drop0.0', 1)})",
+        f"one head learned fast (BLEU {b('A-h1')}), 8 and 16 heads fell below the band ({b('A-h8')}, {b('A-h16')})",
+        f"Two heads gave BLEU {b('A-h2')} with seed 0",
+        f"and {b('A-h2', 1)} with seed 1",
+        f"(N=1: {b('C-N1')}, N=2: {b('C-N2')})",
+        f"(val PPL {p('C-N6', 0)}, BLEU {b('C-N6')})",
+        f"(d_model 128: {b('C-d128')})",
+        f"(d_ff 512: {b('C-ff512')})",
+        f"PPL ({p('C-d512', 2)}) a hair under the band's {band_ppl:.2f}, for "
+        f"{table3_run('C-d512')['train_seconds'] / 60:.0f} minutes of training against the base's "
+        f"{span(minutes, 0, '')}",
+        f"without it BLEU fell to {b('D-ls0.0')}",
+        f"PPL rose above the band ({p('D-ls0.2', 1)}) and BLEU stayed inside it ({b('D-ls0.2')})",
+        f"learned faster than the sinusoids (BLEU {b('E-learned')})",
+        f"pre-LN learned much faster ({b('X-pre-ln')})",
+        f"(PPL {p('X-no-scale', 0)}, BLEU {b('X-no-scale')})",
+        f"three vocabulary matrices, {table3_run('X-untied')['params'] / 1e6:.1f}M",
+        f"learned much slower ({b('X-untied')})",
+        "(" + ", ".join(f"{g:+.1f}".replace("-", "−") for g in gains) + ")",
+        f"two heads (PPL {p('A-h2', 2)} against the band's {band_ppl:.2f})",
+        f"d_model 512 (PPL {p('C-d512', 2)})",
+        f"({table3_run('C-d512')['train_seconds'] / 60:.0f} minutes a seed;",
+    ]
+
+
 def claims() -> list[tuple[str, str]]:
     """(page, text the page must contain), each text built from a results file."""
     main_job = load("tatoeba_en_de_small")["test"]
@@ -114,7 +160,7 @@ def claims() -> list[tuple[str, str]]:
     ]
     quarter = load("multi30k-15min")["results"][0]
     assert quarter["processes"] * quarter["threads_per_process"] == 2  # "on 2 threads"
-    benchmarks = [
+    benchmarks = table3_findings() + [
         f"one thread trains about {quarter['target_tokens'] / quarter['loop_seconds'] / 2:,.0f} target tokens/s on "
         f"the AMD EPYC (the 15-minute\nrun: {quarter['target_tokens']:,} target tokens in "
         f"{quarter['loop_seconds']:,.0f} s on 2 threads)",
