@@ -1,6 +1,8 @@
 """The model card of a trained folder: Hub metadata with exactly the measured scores, settings read from the
 run. The committed cards of model_cards/ are tested in test_make_model_cards.py."""
 
+import dataclasses
+
 from huggingface_hub import ModelCard
 
 from vanilla_transformer import VanillaTransformerConfig
@@ -54,6 +56,9 @@ def test_the_card_of_a_training_run_carries_its_measured_scores(tmp_path):
         "not comparable",
     ):
         assert text in card.text, text
+    assert "The wall-clock budget makes the result depend on the hardware" in card.text
+    steps_only = build_model_card(dataclasses.replace(config, max_minutes=None), model_config, SUMMARY)
+    assert "A budget of optimizer steps, not of time" in steps_only.text and "wall-clock" not in steps_only.text
 
 
 def test_without_a_test_split_or_a_model_the_card_invents_nothing():

@@ -259,6 +259,11 @@ def build_model_card(
         n_sentences = f"{test['n']} sentences of"
     else:
         scores, n_sentences = "| (no test split was scored) | |", "no sentences of"
+    hardware = (
+        "The wall-clock budget makes the result depend on the hardware the command ran on."
+        if config.max_minutes
+        else "A budget of optimizer steps, not of time: another machine trains the same steps, at its own speed."
+    )
     budget = f"{config.max_steps:,} steps" + (
         f" or {config.max_minutes:g} minutes, whichever comes first" if config.max_minutes else ""
     )
@@ -335,7 +340,7 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 - A small model trained briefly on a small corpus: expect errors on text unlike its training data (names,
   long or rare sentences, other domains and registers), and omissions or invented content.
 - One run with one seed: the variation between runs was not measured.
-- The wall-clock budget makes the result depend on the hardware the command ran on.
+- {hardware}
 - The training data's biases (for instance gender in translations of neutral sentences) carry into the output.{caveat}
 - {_NOT_COMPARABLE}
 
