@@ -67,6 +67,7 @@ from table3 import (  # noqa: E402
     ROW_BY_KEY,
     SMOKE_BASE,
     describe_change,
+    load_results,
     settings,
     shared_tokenizer,
     validation_perplexity,
@@ -603,10 +604,6 @@ def draw_pilot(report: dict, path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
-def load_results(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {"runs": []}
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", choices=list(SEEDS), help="rows to run (default: all, in order)")

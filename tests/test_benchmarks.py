@@ -24,6 +24,16 @@ import table3  # noqa: E402
 import trainer_speed  # noqa: E402
 
 
+def _multi30k_shaped(corpus: Path, folder: Path, train: int, val: int, test: int, test_name: str = "test_2016_flickr"):
+    """A folder with Multi30k's file names ({train,val,TEST}.{en,de}), the first lines of the ``corpus`` fixture's."""
+    folder.mkdir()
+    for split, name, n in (("train", "train", train), ("valid", "val", val), ("test", test_name, test)):
+        for lang in ("en", "de"):
+            lines = (corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
+            (folder / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
 def test_flop_formula_counts_linear_layers_and_attention():
     size = {"vocab_size": 10, "d_model": 4, "layers": 1, "heads": 1, "ffn": 8}
     # per source token: encoder 4d²+2d·f = 128 and cross K/V 2d² = 32 weights; per target token: 6d²+2d·f = 160
@@ -205,12 +215,7 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
     import make_model_cards
     import multi30k
 
-    data = tmp_path / "multi30k"
-    data.mkdir()
-    for split, name, n in (("train", "train", 300), ("valid", "val", 12), ("test", "test_2016_flickr", 6)):
-        for lang in ("en", "de"):
-            lines = (corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
-            (data / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
+    data = _multi30k_shaped(corpus, tmp_path / "multi30k", train=300, val=12, test=6)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [
         sys.executable,
@@ -264,12 +269,7 @@ def test_multi30k_benchmark_trains_to_a_step_count_and_goes_on_after_a_stop(corp
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import multi30k
 
-    data = tmp_path / "multi30k"
-    data.mkdir()
-    for split, name, n in (("train", "train", 200), ("valid", "val", 8), ("test", "test_2016_flickr", 4)):
-        for lang in ("en", "de"):
-            lines = (corpus / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:n]
-            (data / f"{name}.{lang}").write_text("".join(lines), encoding="utf-8")
+    data = _multi30k_shaped(corpus, tmp_path / "multi30k", train=200, val=8, test=4)
     command = [
         sys.executable,
         str(ROOT / "benchmarks" / "multi30k.py"),
@@ -729,16 +729,11 @@ def test_table3_verdicts_follow_the_intervals(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(tmp_path):
+def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(corpus, tmp_path):
     """--smoke end to end: rows train chunk by chunk to their cap, each chunk's weights go where the scoring reads
     them, a killed run goes on from its curve, the report and the pilot's curves are written."""
     t3 = _table3_converged()
-    data = tmp_path / "data"
-    data.mkdir()
-    for split, name, n in (("train", "train", 60), ("valid", "val", 8), ("test", "test", 6)):
-        for lang in ("en", "de"):
-            with gzip.open(ROOT / "data" / "tatoeba_en_de" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                (data / f"{name}.{lang}").write_text("".join(next(f) for _ in range(n)), encoding="utf-8")
+    data = _multi30k_shaped(corpus, tmp_path / "data", train=60, val=8, test=6, test_name="test")
     common = ["--smoke", "--data", str(data), "--output", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")]
     common += ["--src-lang", "en", "--tgt-lang", "de", "--test-split", "test"]
     results = t3.main([*common, "--rows", "base", "A-h1", "--seeds", "0", "1"])
