@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reporting import check_multi30k, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
+from reporting import check_multi30k, cpu_name, multi30k_folder  # noqa: E402  (benchmarks/reporting.py)
 
 from vanilla_transformer.training import train  # noqa: E402
 from vanilla_transformer.training_config import TrainConfig  # noqa: E402
@@ -82,6 +82,7 @@ def run(precision: str, args: argparse.Namespace, tokenizer: Path | None) -> dic
     return {
         "precision": precision,
         "target_tokens_per_s": summary["target_tokens"] / summary["loop_seconds"],
+        "seconds_per_step": summary["loop_seconds"] / summary["step"],  # evaluations excluded
         "train": [(r["step"], r["train_loss"]) for r in history if "train_loss" in r],
         "valid": [(r["step"], r["valid_loss"]) for r in history if "valid_loss" in r],
     }
@@ -151,6 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="a tiny model (checks the script itself)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--workdir", type=Path, default=ROOT / "outputs" / "bf16-vs-fp32")
+    parser.add_argument(
+        "--name", help="writes bf16-vs-fp32-NAME.{json,md,png} (default: bf16-vs-fp32.*), e.g. for another machine"
+    )
     args = parser.parse_args(argv)
     check_multi30k(args.data, parser, splits=("train",))
     if args.workdir.exists():
@@ -164,11 +168,17 @@ def main(argv: list[str] | None = None) -> dict:
     AcceleratorState._reset_state(reset_partial_state=True)  # a second Accelerator with another precision
     bf16 = run("bf16", args, args.workdir / "no" / "tokenizer")  # the same tokenizer, so the same ids
     comparison = compare(fp32, bf16)
-    environment = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count()}
+    environment = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": cpu_name(),
+    }
     report = {"environment": environment, "steps": args.steps, "fp32": fp32, "bf16": bf16, **comparison}
     args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "bf16-vs-fp32.json").write_text(json.dumps(report, indent=2) + "\n")
-    draw(fp32, bf16, comparison, args.output / "bf16-vs-fp32.png")
+    stem = "bf16-vs-fp32" if args.name is None else f"bf16-vs-fp32-{args.name}"
+    (args.output / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    draw(fp32, bf16, comparison, args.output / f"{stem}.png")
     lines = [
         "| steps | fp32 tokens/s | bf16 tokens/s | bf16 speed-up | largest gap, training loss | mean gap | "
         "largest gap, validation loss |",
@@ -177,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{comparison['speedup_bf16']:.2f}x | {comparison['max_relative_gap_train']:.2%} | "
         f"{comparison['mean_relative_gap_train']:.2%} | {comparison['max_relative_gap_valid']:.2%} |",
     ]
-    (args.output / "bf16-vs-fp32.md").write_text("\n".join(lines) + "\n")
+    (args.output / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return report
 

@@ -151,15 +151,20 @@ def test_bf16_curve_smoke_run_compares_the_same_run_in_both_precisions(corpus, t
             str(tmp_path / "out"),
             "--workdir",
             str(tmp_path / "work"),
+            "--name",
+            "smoke",
         ]
     )
     for run in (report["fp32"], report["bf16"]):
         assert [step for step, _ in run["train"]] == [2, 4, 6] and [step for step, _ in run["valid"]] == [3, 6]
+        assert run["seconds_per_step"] > 0
     # same start, same batches: the first recorded losses differ only by bf16 rounding
     assert abs(report["fp32"]["train"][0][1] - report["bf16"]["train"][0][1]) / report["fp32"]["train"][0][1] < 0.02
     assert report["fp32"]["train"] != report["bf16"]["train"]  # the precision did change something
     assert 0 <= report["max_relative_gap_train"] < 0.05
-    assert (tmp_path / "out" / "bf16-vs-fp32.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "out" / "bf16-vs-fp32-smoke.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    written = json.loads((tmp_path / "out" / "bf16-vs-fp32-smoke.json").read_text())
+    assert written["environment"]["machine"] and written["speedup_bf16"] == report["speedup_bf16"]
 
 
 @pytest.mark.parametrize("script", ["multi30k.py", "deployment.py", "bf16_curve.py"])
