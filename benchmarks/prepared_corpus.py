@@ -232,11 +232,11 @@ def markdown(result: dict) -> str:
             f"| {row['loop_start_s']:.0f} "
             f"| {per('rss')} | {per('uss')} | {per('training_uss')} | {_gb(pss)} | {row['target_tokens_per_s']:,.0f} |"
         )
-    if result.get("comparison"):
-        by_side = {
-            side: [row["target_tokens_per_s"] for row in result["comparison"] if row["side"] == side]
-            for side in ("baseline", "prepared")
-        }
+    by_side = {
+        side: [row["target_tokens_per_s"] for row in result.get("comparison", []) if row["side"] == side]
+        for side in ("baseline", "prepared")
+    }
+    if all(by_side.values()):  # both sides measured
         median = {side: float(np.median(values)) for side, values in by_side.items()}
         lines += [
             "",
@@ -278,11 +278,30 @@ def main(argv: list[str] | None = None) -> dict:
     big = build_corpus(work / "synthetic", args.pairs)
     print(f"synthetic corpus of {args.pairs:,} pairs written in {time.monotonic() - started:.0f} s", flush=True)
     corpora["synthetic"] = (big, args.pairs)
-    rows = []
+    rows, comparison = [], []
+    result = {
+        "environment": {"processor": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "processes": args.processes,
+        "threads_per_process": max(1, (os.cpu_count() or 1) // args.processes),
+        "steps": args.steps,
+        "command": _command(args),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "rows": rows,
+        "comparison": comparison,
+    }
+    args.output.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        """Written after every run, so that a later failure (e.g. a baseline that takes other options) keeps
+        the runs already measured."""
+        (args.output / "prepared-corpus.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.output / "prepared-corpus.md").write_text(markdown(result))
+
     for name, (corpus, pairs) in corpora.items():
         cache = work / f"cache-{name}"
         first = run_training(corpus, work / f"{name}-first", cache, args.processes, args.steps)
         rows.append({"corpus": name, "pairs": pairs, "run": "first (prepares)", **first})
+        save()
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "log_tail"}), flush=True)
         second = run_training(
             corpus,
@@ -294,8 +313,8 @@ def main(argv: list[str] | None = None) -> dict:
             str(work / f"{name}-first" / "tokenizer"),
         )
         rows.append({"corpus": name, "pairs": pairs, "run": "second (cached)", **second})
+        save()
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "log_tail"}), flush=True)
-    comparison = []
     if args.baseline is not None:
         tokenizer = ["--tokenizer_name", str(work / "bundled-first" / "tokenizer")]
         for repeat in range(args.repeats):
@@ -310,20 +329,8 @@ def main(argv: list[str] | None = None) -> dict:
                     code=code,
                 )
                 comparison.append({"side": side, "repeat": repeat, "target_tokens_per_s": run["target_tokens_per_s"]})
+                save()
                 print(json.dumps(comparison[-1]), flush=True)
-    result = {
-        "environment": {"processor": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "processes": args.processes,
-        "threads_per_process": max(1, (os.cpu_count() or 1) // args.processes),
-        "steps": args.steps,
-        "command": _command(args),
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "rows": rows,
-        "comparison": comparison,
-    }
-    args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "prepared-corpus.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.output / "prepared-corpus.md").write_text(markdown(result))
     print(markdown(result))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

@@ -59,9 +59,6 @@ NOT_RUN = {
         "it trains for CPU-hours; tests/test_benchmarks.py runs its --smoke mode",
     ("docs/benchmarks.md", "bash scripts/gpu_check.sh             # on a machine with a CUDA GPU: about 8 minutes"):
         "the first needs a CUDA GPU; tests/test_benchmarks.py runs the second",
-    ("docs/benchmarks.md", "python benchmarks/prepared_corpus.py --baseline "
-                           "<a checkout of the package before the prepared corpus>"):
-        "it needs an older checkout of the package",
     ("docs/benchmarks.md", "python benchmarks/deployment.py --model outputs/tatoeba_en_de/final "
                            "--sentences 128 --greedy-sentences 32 --bleu \\"):
         "it needs the main job's model (6 minutes of training); the block above runs the same scripts",
