@@ -115,6 +115,12 @@ def test_a_short_run_on_real_text_lowers_validation_loss_and_saves_a_hub_folder(
     assert summary["averaged_checkpoints"] == ["checkpoint-40", "checkpoint-80", "checkpoint-120"]
     assert summary["test"]["n"] == 40 and "nrefs:1" in summary["test"]["bleu_signature"]
     assert len((tmp_path / "run" / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 40
+    # results.json keeps the log's records: the same evaluations as the last checkpoint's state
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (
+        results["history"] == state["history"]
+        and [r["valid_loss"] for r in results["history"] if "valid_loss" in r] == losses
+    )
     card = (final / "README.md").read_text()
     assert f"{summary['test']['bleu']:.2f}" in card and "sacrebleu" in card
 

@@ -241,7 +241,9 @@ def train(config: TrainConfig) -> dict:
 
     Layout of ``config.output_dir``: ``tokenizer/``, ``checkpoints/checkpoint-<step>/`` (accelerate
     state + ``trainer_state.json``), ``final/`` (model, tokenizer, generation config, model card),
-    ``train_config.json``, ``results.json``; with ``attention_pictures``, ``pictures/step-<step>/``.
+    ``train_config.json``, ``results.json`` (the summary, whose ``history`` holds every logged record: the
+    training loss of each ``logging_steps`` and the validation scores of each evaluation, as the log printed
+    them); with ``attention_pictures``, ``pictures/step-<step>/``.
     """
     start_time = time.monotonic()
     if config.push_to_hub:
@@ -709,6 +711,7 @@ def _finish(config, accelerator, model, tokenizer, splits, state, checkpoint_dir
             }
         write_model_card(final_dir, config=config, model_config=unwrapped.config, summary=summary)
         summary["final_dir"] = str(final_dir)
+        summary["history"] = state["history"]  # the log's records, so that a run's curve outlives its log
 
     # the other processes wait, and stop with a message if the main process fails
     on_main_process(accelerator, "averaging checkpoints and saving the final model", average_save_and_score)
