@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bf16_curve  # noqa: E402
+import lr_sweep  # noqa: E402
 import speed  # noqa: E402
 import table3  # noqa: E402
 import trainer_speed  # noqa: E402
@@ -267,6 +268,29 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_lr_sweep_records_both_evaluations_of_each_factor_and_keeps_earlier_factors(corpus, tmp_path):
+    """Each factor trains from scratch and is evaluated halfway and at the end (NLL and sacreBLEU); a factor
+    already in the results is kept, not trained again; the table is the results file's."""
+    data = _multi30k_shaped(corpus, tmp_path / "multi30k", train=200, val=8, test=4)
+    results = tmp_path / "results"
+    common = ["--data", str(data), "--steps", "4", "--bleu-sentences", "3", "--mixed-precision", "no"]
+    common += ["--output-root", str(tmp_path / "out"), "--results-dir", str(results)]
+    lr_sweep.main(["--factors", "0.3", *common])
+    first = json.loads((results / "lr-sweep.json").read_text())["runs"]
+    lr_sweep.main(["--factors", "0.8", "0.3", *common])
+    runs = json.loads((results / "lr-sweep.json").read_text())["runs"]
+    assert [r["lr_factor"] for r in runs] == [0.3, 0.8] and runs[0] == first[0]
+    for run in runs:
+        assert [e["step"] for e in run["evaluations"]] == [2, 4], run["evaluations"]
+        assert all(math.isfinite(e["valid_nll"]) and 0 <= e["valid_bleu"] <= 100 for e in run["evaluations"])
+        assert run["peak_lr"] == pytest.approx(run["lr_factor"] * 256**-0.5 * 300**-0.5)
+    assert runs[0]["evaluations"][-1]["valid_nll"] != runs[1]["evaluations"][-1]["valid_nll"]
+    table = (results / "lr-sweep.md").read_text()
+    last = runs[1]["evaluations"]
+    assert f"| 0.8 | 2.9e-03 | {last[0]['valid_nll']:.2f} | {last[1]['valid_nll']:.2f} |" in table
+
+
 @pytest.mark.timeout(400)
 def test_multi30k_benchmark_trains_to_a_step_count_and_goes_on_after_a_stop(corpus, tmp_path):
     """--max-steps trains to a step whatever the time, and --resume goes on from the run's newest checkpoint
