@@ -41,6 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reporting import cpu_model  # noqa: E402  (benchmarks/reporting.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "data" / "tatoeba_en_de"
 CONFIG = ROOT / "configs" / "tatoeba_en_de_small.yaml"
@@ -280,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
     corpora["synthetic"] = (big, args.pairs)
     rows, comparison = [], []
     result = {
-        "environment": {"processor": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "environment": {"processor": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "processes": args.processes,
         "threads_per_process": max(1, (os.cpu_count() or 1) // args.processes),
         "steps": args.steps,
@@ -360,16 +363,6 @@ def _command(args: argparse.Namespace) -> str:
             str(args.repeats),
         ]
     return " ".join(words)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -39,13 +39,16 @@ def read_lines(path: Path, n: int | None = None) -> list[str]:
     return lines if n is None else lines[:n]
 
 
+def cpu_model() -> str:
+    """The CPU model as /proc/cpuinfo names it (else what ``platform`` knows)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return model or platform.processor() or platform.machine()
+
+
 def cpu_name() -> str:
     """The CPU model and core count, as results files record the machine."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    model = next(
-        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor()
-    )
-    return f"{model}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def shown_command(script: str, argv: list[str]) -> str:

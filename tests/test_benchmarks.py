@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bf16_curve  # noqa: E402
 import lr_sweep  # noqa: E402
+import marian_baseline  # noqa: E402
 import speed  # noqa: E402
 import table3  # noqa: E402
 import trainer_speed  # noqa: E402
@@ -268,6 +269,39 @@ def test_multi30k_benchmark_trains_as_two_processes_and_its_row_makes_the_card(c
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_marian_baseline_trains_scores_and_goes_on_after_a_stop(corpus, tmp_path):
+    """Seq2SeqTrainer trains MarianMTModel for whole epochs of the given batch size, every test sentence gets a
+    hypothesis scored by sacreBLEU; a second start refuses the earlier run unless --resume, which goes on to more
+    epochs from its checkpoint."""
+    data = _multi30k_shaped(corpus, tmp_path / "multi30k", train=100, val=4, test=6)
+    common = ["--smoke", "--batch-size", "16", "--data", str(data), "--output-root", str(tmp_path / "out")]
+    common += ["--results-dir", str(tmp_path / "results")]
+    first = marian_baseline.main(["--epochs", "1", *common])
+    assert first["training"]["steps"] == math.ceil(100 / 16) and first["model"]["d_model"] == 32
+    assert first["test"]["sentences"] == 6 and 0 <= first["test"]["bleu"] <= 100
+    assert "nrefs:1" in first["test"]["bleu_signature"] and first["model"]["tie_word_embeddings"]
+    hypotheses = (tmp_path / "out" / "marian-baseline-de-en" / "test_2016_flickr.hyp.en").read_text().splitlines()
+    assert len(hypotheses) == 6
+    with pytest.raises(SystemExit) as refused:
+        marian_baseline.main(["--epochs", "2", *common])
+    assert refused.value.code == 2
+    resumed = marian_baseline.main(["--epochs", "2", "--resume", *common])
+    assert resumed["training"]["steps"] == 2 * math.ceil(100 / 16) and resumed["training"]["resumed"]
+    saved = json.loads((tmp_path / "results" / "marian-baseline.json").read_text())
+    assert saved["training"] == resumed["training"]
+    # the resumed run is the run without a stop: the same weights after the same steps
+    straight = ["--smoke", "--batch-size", "16", "--data", str(data), "--output-root", str(tmp_path / "straight")]
+    marian_baseline.main(["--epochs", "2", *straight, "--results-dir", str(tmp_path / "results2")])
+    from safetensors.torch import load_file
+
+    step = f"checkpoint-{2 * math.ceil(100 / 16)}"
+    a = load_file(tmp_path / "out" / "marian-baseline-de-en" / step / "model.safetensors")
+    b = load_file(tmp_path / "straight" / "marian-baseline-de-en" / step / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert f"| {resumed['test']['bleu']:.2f} |" in (tmp_path / "results" / "marian-baseline.md").read_text()
+
+
 @pytest.mark.timeout(300)
 def test_lr_sweep_records_both_evaluations_of_each_factor_and_keeps_earlier_factors(corpus, tmp_path):
     """Each factor trains from scratch and is evaluated halfway and at the end (NLL and sacreBLEU); a factor
