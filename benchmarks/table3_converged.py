@@ -81,6 +81,9 @@ from vanilla_transformer.training import train  # noqa: E402
 from vanilla_transformer.training_config import TrainConfig  # noqa: E402
 
 BASE = {**multi30k.MODEL, "dropout": multi30k.RECIPE["dropout"], "label_smoothing": 0.1}
+#: Bases the pilot compares: multi30k.py's model (d256), and one of half its width (d128: 4 heads of 32, d_ff 512),
+#: which a training step of the same tokens costs about a third of (a cheaper plan, if the recipe trains it).
+BASES = {"d256": BASE, "d128": {**BASE, "d_model": 128, "encoder_ffn_dim": 512, "decoder_ffn_dim": 512}}
 MAX_TOKENS = multi30k.RECIPE["max_tokens_per_step"]
 #: Candidate recipes of the pilot: warm-up steps, peak learning rate, gradient clipping (None: none). Warm-up
 #: stays well under the 20-epoch cap (about 4,000 steps here), which rules out fairseq's 4,000.
@@ -89,14 +92,16 @@ PILOT_RECIPES = {
     "warmup1000-7e-4": {"warmup_steps": 1000, "peak_lr": 7e-4, "max_grad_norm": 1.0},
     "warmup1000-5e-4": {"warmup_steps": 1000, "peak_lr": 5e-4, "max_grad_norm": 1.0},  # fairseq's peak
 }
-#: The pilot's runs (recipe, row, steps), seed 0. multi30k's recipe trains the base (benchmarks/table3.py's 750
-#: steps), so only N=6 runs with it, as long as N=6 took there to stall (250 steps) and a little more.
+#: The pilot's runs (recipe, row, steps, base), seed 0. multi30k's recipe trains the base (benchmarks/table3.py's
+#: 750 steps), so only N=6 runs with it, as long as N=6 took there to stall (250 steps) and a little more.
 PILOT = [
-    ("multi30k", "C-N6", 500),
-    ("warmup1000-7e-4", "base", 1000),
-    ("warmup1000-7e-4", "C-N6", 1000),
-    ("warmup1000-5e-4", "base", 1000),
-    ("warmup1000-5e-4", "C-N6", 1000),
+    ("multi30k", "C-N6", 500, "d256"),
+    ("warmup1000-7e-4", "base", 1000, "d256"),
+    ("warmup1000-7e-4", "C-N6", 1000, "d256"),
+    ("warmup1000-5e-4", "base", 1000, "d256"),
+    ("warmup1000-5e-4", "C-N6", 1000, "d256"),
+    ("warmup1000-7e-4", "base", 1000, "d128"),
+    ("warmup1000-7e-4", "C-N6", 1000, "d128"),
 ]
 #: The recipe every row trains with (set from the pilot's curves; see docs/benchmarks.md).
 RECIPE = PILOT_RECIPES["warmup1000-7e-4"]
@@ -311,29 +316,34 @@ def run_one(row_key: str, seed: int, args, corpus) -> dict:
     }
 
 
-def pilot_key(recipe: str, row: str) -> str:
-    return f"{recipe}:{row}"
+def pilot_key(recipe: str, row: str, base: str = "d256") -> str:
+    """``RECIPE:ROW``, with ``@BASE`` for a base other than d256 (e.g. ``warmup1000-7e-4:C-N6@d128``)."""
+    return f"{recipe}:{row}" + ("" if base == "d256" else f"@{base}")
 
 
 def run_pilot(args) -> dict:
     """The pilot's runs (all of PILOT, or those ``args.pilot`` names), each recorded in table3-pilot.json as it
     ends (runs side by side keep each other's): their validation curves, with tokens and seconds."""
-    base = SMOKE_BASE if args.smoke else BASE
     path = args.output / "table3-pilot.json"
-    for name, row_key, steps in PILOT:
-        if args.pilot and pilot_key(name, row_key) not in args.pilot:
+    for name, row_key, steps, base_name in PILOT:
+        key = pilot_key(name, row_key, base_name)
+        if args.pilot and key not in args.pilot:
             continue
         steps = args.eval_every if args.smoke else steps
-        recipe, output_dir = PILOT_RECIPES[name], args.workdir / "pilot" / f"{name}-{row_key}"
-        print(f"pilot: {row_key} with {name} {recipe}, {steps} steps", flush=True)
-        curve = train_run(settings(ROW_BY_KEY[row_key], base), 0, recipe, args, output_dir, steps)
+        row_settings = settings(ROW_BY_KEY[row_key], SMOKE_BASE if args.smoke else BASES[base_name])
+        recipe = PILOT_RECIPES[name]
+        output_dir = args.workdir / "pilot" / key.replace(":", "-").replace("@", "-")
+        print(f"pilot: {row_key} of the {base_name} base with {name} {recipe}, {steps} steps", flush=True)
+        curve = train_run(row_settings, 0, recipe, args, output_dir, steps)
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
         shutil.rmtree(output_dir / "evals", ignore_errors=True)
         with FileLock(str(path) + ".lock"):
             report = load_results(path) if path.is_file() else {"runs": {}}
-            report["runs"][pilot_key(name, row_key)] = {
+            report["runs"][key] = {
                 "recipe": recipe,
                 "row": row_key,
+                "base": base_name,
+                "settings": row_settings,
                 "curve": curve,
                 "machine": cpu_name(),
                 "threads": torch.get_num_threads(),
@@ -611,7 +621,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--pilot",
         nargs="*",
-        choices=[pilot_key(name, row) for name, row, _ in PILOT],
+        choices=[pilot_key(name, row, base) for name, row, _, base in PILOT],
         help="the recipe pilot's runs (all of them when none is named)",
     )
     parser.add_argument("--report", action="store_true", help="only rebuild table3-converged.md and .png")

@@ -834,6 +834,7 @@ def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(corpus,
     resumed = t3.train_run(settings, 0, t3.RECIPE, args, folder, 9)
     assert resumed[:2] == first and [e["valid_nll"] for e in resumed] == [e["valid_nll"] for e in record["curve"][:3]]
     pilot = t3.main([*common, "--pilot"])
-    assert set(pilot["runs"]) == {t3.pilot_key(name, row) for name, row, _ in t3.PILOT}
+    assert set(pilot["runs"]) == {t3.pilot_key(name, row, base) for name, row, _, base in t3.PILOT}
+    assert "warmup1000-7e-4:C-N6@d128" in pilot["runs"] and pilot["runs"]["warmup1000-7e-4:C-N6@d128"]["base"] == "d128"
     assert all(len(run["curve"]) == 1 for run in pilot["runs"].values())  # --smoke: one chunk each
     assert (tmp_path / "out" / "table3-pilot.png").is_file()
