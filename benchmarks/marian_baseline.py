@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import multi30k  # noqa: E402  (benchmarks/multi30k.py)
+import speed  # noqa: E402  (benchmarks/speed.py: MarianMTModel configured like the paper)
 from reporting import check_multi30k, cpu_name, multi30k_folder, shown_command, write_report  # noqa: E402
 
 from vanilla_transformer.data import load_parallel_corpus  # noqa: E402
@@ -66,12 +67,7 @@ def build_marian(tokenizer, sizes: dict, dropout: float, seed: int):
         dropout=dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
-        activation_function="relu",
-        scale_embedding=True,
-        max_position_embeddings=1024,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        forced_eos_token_id=None,
+        **speed.MARIAN_AS_THE_PAPER,
     )
     return MarianMTModel(config)
 

@@ -64,6 +64,18 @@ SIZES = {  # the issue's two sizes; vocabulary as the paper (base) and a joint 8
 # --------------------------------------------------------------------------------------------
 # The two models with the same sizes
 # --------------------------------------------------------------------------------------------
+#: MarianConfig's settings that make it the paper's model: ReLU, embeddings × √d_model, sinusoidal positions (Marian's
+#: table), one matrix for both embeddings and the output layer; no forced end token.
+MARIAN_AS_THE_PAPER = dict(
+    activation_function="relu",
+    scale_embedding=True,
+    max_position_embeddings=1024,
+    share_encoder_decoder_embeddings=True,
+    tie_word_embeddings=True,
+    forced_eos_token_id=None,
+)
+
+
 def build(kind: str, size: dict, seed: int = 0):
     torch.manual_seed(seed)
     common = dict(
@@ -90,16 +102,7 @@ def build(kind: str, size: dict, seed: int = 0):
         )
     from transformers import MarianConfig, MarianMTModel
 
-    config = MarianConfig(
-        **common,
-        activation_function="relu",
-        scale_embedding=True,
-        max_position_embeddings=1024,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        forced_eos_token_id=None,
-    )
-    return MarianMTModel(config)
+    return MarianMTModel(MarianConfig(**common, **MARIAN_AS_THE_PAPER))
 
 
 def batch(size: dict, n: int, src_len: int, tgt_len: int, seed: int = 0) -> dict:
