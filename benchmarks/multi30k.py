@@ -47,9 +47,9 @@ RECIPE = {
     "max_tokens_per_step": 2500,  # padded tokens per side in one optimizer step, shared by the processes
     "warmup_steps": 300,
     # peak learning rate lr_factor * 256^-0.5 * 300^-0.5 = 1.1e-3. The paper's factor 1 (3.6e-3 at this size
-    # and warm-up) is far too high here: after 1,000 steps (one process), validation NLL / BLEU (beam 4, first
-    # 400 sentences) were 3.25 / 10.2 at lr_factor 0.8 (this script until 2026-12-03), 2.77 / 21.7 at 0.5,
-    # 2.74 / 24.0 at 0.3 and 3.13 / 16.6 at 0.15.
+    # and warm-up) is far too high here: after 1,000 steps (one process, fp32), validation NLL / BLEU (beam 4,
+    # first 400 sentences) were 3.20 / 10.9 at lr_factor 0.8 (this script until 2026-12-03), 3.03 / 13.7 at 0.5,
+    # 2.84 / 19.3 at 0.3 and 3.16 / 15.4 at 0.15 (benchmarks/lr_sweep.py; results/lr-sweep.md).
     "lr_factor": 0.3,
     "eval_every": 1000,
     "save_every": 250,
