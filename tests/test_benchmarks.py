@@ -838,3 +838,8 @@ def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(corpus,
     assert "warmup1000-7e-4:C-N6@d128" in pilot["runs"] and pilot["runs"]["warmup1000-7e-4:C-N6@d128"]["base"] == "d128"
     assert all(len(run["curve"]) == 1 for run in pilot["runs"].values())  # --smoke: one chunk each
     assert (tmp_path / "out" / "table3-pilot.png").is_file()
+    timing = t3.main([*common, "--time-base", "d128"])
+    recorded = json.loads((tmp_path / "out" / "table3-base-timing.json").read_text())["runs"]
+    assert recorded["d128"] == timing and timing["steps"] == 3 and timing["target_tokens"] > 0
+    assert timing["target_tokens_per_s"] == timing["target_tokens"] / timing["loop_seconds"]
+    assert not (tmp_path / "work" / "timing" / "d128").exists()
