@@ -595,12 +595,51 @@ def report(results: dict, out: Path, references: list[str] | None, picture: bool
             lines.append(f"- {what}: Δ BLEU {_interval_text(bleu)}, Δ PPL {_interval_text(ppl)}")
     signatures = sorted({r["selected"]["bleu_signature"] for r in runs})
     lines += ["", f"sacreBLEU signature: `{'`, `'.join(signatures)}`.", ""]
+    early = out / "table3.json"
+    if early.is_file():
+        lines += beside_750_steps(runs, load_results(early), intervals)
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table3-converged.md").write_text(text)
     if picture:
         draw(intervals, out / "table3-converged.png")
+        draw_curves(runs, out / "table3-converged-curves.png")
     return text
+
+
+def beside_750_steps(runs: list[dict], early: dict, intervals: dict) -> list[str]:
+    """Markdown: each converged row beside benchmarks/table3.py's 750-step run of the same row (its own base and
+    split: BLEU on `val`, one to three seeds, no interval), as Δ BLEU from the base of each table."""
+
+    def mean_bleu(rows: list[dict], key: str, field: str) -> float | None:
+        values = [r[field]["bleu"] for r in rows if r["row"] == key]
+        return statistics.fmean(values) if values else None
+
+    early_base = mean_bleu(early["runs"], "base", "val")
+    lines = [
+        "## Beside the 750-step table",
+        "",
+        f"`table3.md` trained every row {early.get('steps', 750)} steps on d_model {early['base_settings']['d_model']} "
+        "and scored `val`; here the rows train to convergence on this table's base and score test2016. Δ: the row's "
+        "mean BLEU minus its own table's base mean.",
+        "",
+        "| row | 750 steps: BLEU | 750 steps: Δ | converged: BLEU (selected) | converged: Δ [95 %] |",
+        "|---|---|---|---|---|",
+    ]
+    for key in SEEDS:
+        late = mean_bleu(runs, key, "selected")
+        if late is None:
+            continue
+        before = mean_bleu(early["runs"], key, "val")
+        cells = [
+            key,
+            "—" if before is None else f"{before:.2f}",
+            "—" if before is None or early_base is None or key == "base" else f"{before - early_base:+.2f}",
+            f"{late:.2f}",
+            "—" if key == "base" else _interval_text(intervals.get((key, "base", "bleu"))),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _spread(values: list[float]) -> str:
@@ -623,6 +662,37 @@ def draw(intervals: dict, path: Path) -> None:
     ax.set_yticks(range(len(items)), [f"{row} − {ref}" for (row, ref, _), _ in items], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("Δ sacreBLEU (test2016), mean over paired seeds, 95 % interval")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_curves(runs: list[dict], path: Path) -> None:
+    """Every run's validation perplexity against epochs: one colour per row, one line per seed, a dot where the
+    selected checkpoint is."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colours = plt.get_cmap("tab10").colors
+    for i, key in enumerate(k for k in SEEDS if any(r["row"] == k for r in runs)):
+        for j, run in enumerate(sorted((r for r in runs if r["row"] == key), key=lambda r: r["seed"])):
+            curve = run["curve"]
+            ppl = [math.exp(e["valid_nll"]) for e in curve]
+            epochs = [e["epoch"] for e in curve]
+            best = min(range(len(curve)), key=lambda k: curve[k]["valid_nll"])
+            colour, style = colours[i % len(colours)], "-" if i < len(colours) else "--"
+            ax.plot(epochs, ppl, style, color=colour, lw=2 if key == "base" else 1, label=None if j else key)
+            ax.plot(epochs[best], ppl[best], "o", color=colour, ms=3)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation perplexity (log scale)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

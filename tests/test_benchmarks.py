@@ -756,7 +756,10 @@ def _fixture_runs(t3, references, shift: dict[str, float], seeds: int = 3) -> li
                     "row": row,
                     "seed": seed,
                     "stop": "early",
-                    "curve": [{"step": 500, "epoch": 7}],
+                    "curve": [
+                        {"step": 250, "epoch": 6, "valid_nll": 1.7 + extra},
+                        {"step": 500, "epoch": 7, "valid_nll": 1.6 + extra + 0.01 * seed},
+                    ],
                     "params": 1e6,
                     "revision": "abc1234",
                     "selected": scores,
@@ -781,8 +784,17 @@ def test_table3_verdicts_follow_the_intervals(tmp_path):
     single = intervals[("A-h1", "base", "bleu")]
     assert single["high"] < 0 and t3.outcome(single, "-") == "held"
     assert intervals[("E-learned", "base", "bleu")]["mean"] == 0.0
-    text = t3.report({"runs": worse}, tmp_path, references, picture=False)
+    early = {"steps": 750, "base_settings": {"d_model": 256}, "runs": []}
+    early["runs"] = [
+        {"row": row, "val": {"bleu": bleu}} for row, bleu in (("base", 14.0), ("base", 13.0), ("A-h1", 12.0))
+    ]
+    (tmp_path / "table3.json").write_text(json.dumps(early))
+    text = t3.report({"runs": worse, "bootstrap_samples": 200}, tmp_path, references, picture=True)
     assert "- (A) single-head attention is worse than the base's heads (paper: −0.9 BLEU): **held**" in text
+    a_h1 = next(line for line in text.splitlines() if line.startswith("| A-h1 | 12.00 | -1.50 |"))
+    assert a_h1.endswith(f" | {t3._interval_text(single)} |")
+    assert "| E-learned | — | — |" in text
+    assert (tmp_path / "table3-converged-curves.png").stat().st_size > 10_000
     assert "(E) learned positions give nearly identical results" in text and "**not run yet**" in text
     better = _fixture_runs(t3, references, {"base": 0.3, "A-h1": 0.0})
     assert t3.outcome(t3.comparisons(better, references, samples=200)[("A-h1", "base", "bleu")], "-") == "contradicted"
