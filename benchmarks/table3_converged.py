@@ -393,6 +393,40 @@ def time_base(args, base_name: str) -> dict:
     return record
 
 
+def check_start(args, results_path: Path) -> dict:
+    """Train the first chunk of the base row, seed 0, again and compare its validation NLL with the recorded
+    run's, bit for bit: rows trained at later commits (or later starts) train as the first ones did when it is
+    identical. Recorded under ``start_checks`` in table3-converged.json."""
+    results = load_results(results_path)
+    recorded = next((r for r in results["runs"] if (r["row"], r["seed"]) == ("base", 0)), None)
+    if recorded is None:
+        raise SystemExit(f"--check-start: {results_path.name} has no base seed 0 yet: run `--rows base --seeds 0`")
+    row_settings = settings(ROW_BY_KEY["base"], SMOKE_BASE if args.smoke else BASES[ROWS_BASE])
+    output_dir = args.workdir / "check-start"
+    shutil.rmtree(output_dir, ignore_errors=True)
+    summary = train(run_config(row_settings, 0, RECIPE, args, output_dir, args.eval_every))
+    shutil.rmtree(output_dir)
+    check = {
+        "revision": args.revision,
+        "recorded_revision": recorded["revision"],
+        "valid_nll": summary["valid_nll"],
+        "recorded_valid_nll": recorded["curve"][0]["valid_nll"],
+        "identical": summary["valid_nll"] == recorded["curve"][0]["valid_nll"],
+        "machine": cpu_name(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    with FileLock(str(results_path) + ".lock"):
+        results = load_results(results_path)
+        results.setdefault("start_checks", []).append(check)
+        write_json_atomically(results_path, results)
+    verdict = "identical" if check["identical"] else "DIFFERENT: rows trained now do not pair with the recorded ones"
+    print(
+        f"base seed 0, first {args.eval_every} steps at {args.revision}: valid NLL {summary['valid_nll']!r}, "
+        f"recorded {check['recorded_valid_nll']!r} at {recorded['revision']}: {verdict}"
+    )
+    return check
+
+
 # --------------------------------------------------------------------------------------------
 # Intervals and verdicts
 # --------------------------------------------------------------------------------------------
@@ -555,7 +589,13 @@ def report(results: dict, out: Path, references: list[str] | None, picture: bool
         + (f"{effect:.2f} BLEU." if effect is not None else "needs at least 2 base seeds."),
         "",
         f"**Commits**: {', '.join(revisions)}"
-        + ("" if len(revisions) <= 1 else " — the rows did not all run at one commit"),
+        + ("" if len(revisions) <= 1 else " — the rows did not all run at one commit")
+        + "".join(
+            f"; at {c['revision']} (checked {c['date']}) base seed 0's first chunk trained to "
+            + ("the identical" if c["identical"] else "a DIFFERENT")
+            + " validation NLL (`--check-start`)"
+            for c in results.get("start_checks", [])
+        ),
         "",
         "| row | change | seeds | stopped (step, epoch) | PPL selected | BLEU selected | BLEU averaged | "
         "BLEU last | params |",
@@ -737,6 +777,11 @@ def main(argv: list[str] | None = None) -> dict:
         choices=list(BASES),
         help="time one chunk of the base row on this base (BASES) into table3-base-timing.json",
     )
+    parser.add_argument(
+        "--check-start",
+        action="store_true",
+        help="train base seed 0's first chunk again: does this commit train as the recorded runs did?",
+    )
     parser.add_argument("--report", action="store_true", help="only rebuild table3-converged.md and .png")
     parser.add_argument("--rerun", action="store_true", help="train recorded runs again")
     parser.add_argument("--data", type=Path, default=multi30k_folder())
@@ -772,6 +817,8 @@ def main(argv: list[str] | None = None) -> dict:
         return run_pilot(args)
     if args.time_base:
         return time_base(args, args.time_base)
+    if args.check_start:
+        return check_start(args, results_path)
     results = load_results(results_path)
     todo = [
         (key, seed)

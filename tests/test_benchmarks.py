@@ -850,6 +850,12 @@ def test_table3_converged_smoke_run_trains_in_chunks_resumes_and_reports(corpus,
     assert "warmup1000-7e-4:C-N6@d128" in pilot["runs"] and pilot["runs"]["warmup1000-7e-4:C-N6@d128"]["base"] == "d128"
     assert all(len(run["curve"]) == 1 for run in pilot["runs"].values())  # --smoke: one chunk each
     assert (tmp_path / "out" / "table3-pilot.png").is_file()
+    check = t3.main([*common, "--check-start"])
+    assert check["identical"] and check["valid_nll"] == runs["base", 0]["curve"][0]["valid_nll"]
+    t3.main([*common, "--report"])
+    assert (
+        "first chunk trained to the identical validation NLL" in (tmp_path / "out" / "table3-converged.md").read_text()
+    )
     timing = t3.main([*common, "--time-base", "d128"])
     recorded = json.loads((tmp_path / "out" / "table3-base-timing.json").read_text())["runs"]
     assert recorded["d128"] == timing and timing["steps"] == 3 and timing["target_tokens"] > 0
