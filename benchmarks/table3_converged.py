@@ -633,6 +633,8 @@ def report(results: dict, out: Path, references: list[str] | None, picture: bool
         bleu, ppl = intervals.get((row, "base", "bleu")), intervals.get((row, "base", "ppl"))
         if bleu is not None:
             lines.append(f"- {what}: Δ BLEU {_interval_text(bleu)}, Δ PPL {_interval_text(ppl)}")
+    if not any(intervals.get((row, "base", "bleu")) for row, _ in BEYOND):
+        lines.append("- none run yet: " + ", ".join(what for _, what in BEYOND))
     signatures = sorted({r["selected"]["bleu_signature"] for r in runs})
     lines += ["", f"sacreBLEU signature: `{'`, `'.join(signatures)}`.", ""]
     early = out / "table3.json"
@@ -660,10 +662,11 @@ def beside_750_steps(runs: list[dict], early: dict, intervals: dict) -> list[str
         "## Beside the 750-step table",
         "",
         f"`table3.md` trained every row {early.get('steps', 750)} steps on d_model {early['base_settings']['d_model']} "
-        "and scored `val`; here the rows train to convergence on this table's base and score test2016. Δ: the row's "
+        "and scored `val`; here the rows train to their early stop or the epoch cap on this table's base and score "
+        "test2016. Δ: the row's "
         "mean BLEU minus its own table's base mean.",
         "",
-        "| row | 750 steps: BLEU | 750 steps: Δ | converged: BLEU (selected) | converged: Δ [95 %] |",
+        "| row | 750 steps: BLEU | 750 steps: Δ | to the stop: BLEU (selected) | to the stop: Δ [95 %] |",
         "|---|---|---|---|---|",
     ]
     for key in SEEDS:
@@ -708,8 +711,8 @@ def draw(intervals: dict, path: Path) -> None:
 
 
 def draw_curves(runs: list[dict], path: Path) -> None:
-    """Every run's validation perplexity against epochs: one colour per row, one line per seed, a dot where the
-    selected checkpoint is."""
+    """Every run's validation perplexity against optimizer steps: one colour per row, one line per seed, a dot
+    where the selected checkpoint is."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -717,19 +720,24 @@ def draw_curves(runs: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colours = plt.get_cmap("tab10").colors
+    last = [r["curve"][-1] for r in runs if r["curve"] and r["curve"][-1]["epoch"]]
+    steps_per_epoch = statistics.fmean(e["step"] / e["epoch"] for e in last) if last else None
     for i, key in enumerate(k for k in SEEDS if any(r["row"] == k for r in runs)):
         for j, run in enumerate(sorted((r for r in runs if r["row"] == key), key=lambda r: r["seed"])):
             curve = run["curve"]
             ppl = [math.exp(e["valid_nll"]) for e in curve]
-            epochs = [e["epoch"] for e in curve]
+            steps = [e["step"] for e in curve]
             best = min(range(len(curve)), key=lambda k: curve[k]["valid_nll"])
             colour, style = colours[i % len(colours)], "-" if i < len(colours) else "--"
-            ax.plot(epochs, ppl, style, color=colour, lw=2 if key == "base" else 1, label=None if j else key)
-            ax.plot(epochs[best], ppl[best], "o", color=colour, ms=3)
+            ax.plot(steps, ppl, style, color=colour, lw=2 if key == "base" else 1, label=None if j else key)
+            ax.plot(steps[best], ppl[best], "o", color=colour, ms=3)
     ax.set_yscale("log")
+    ax.set_yticks([t for t in (2, 5, 10, 20, 50, 100, 200, 500, 1000) if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]])
     ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.set_xlabel("epoch")
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel(
+        f"optimizer step (about {steps_per_epoch:.0f} a Multi30k epoch)" if steps_per_epoch else "optimizer step"
+    )
     ax.set_ylabel("validation perplexity (log scale)")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")

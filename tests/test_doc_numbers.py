@@ -156,6 +156,38 @@ def lr_sweep_claims() -> list[str]:
     ]
 
 
+def converged_status() -> tuple[str, list[str]]:
+    """docs/benchmarks.md's status of Table 3 at convergence, from table3-converged.json: the runs made so far
+    (base seeds only), where they stopped, what they cost and what their selected checkpoints score; and the
+    README's line on them."""
+    import statistics
+
+    runs = sorted(load("table3-converged")["runs"], key=lambda r: r["seed"])
+    assert {r["row"] for r in runs} == {"base"}  # "No other row has run"
+    seeds = [r["seed"] for r in runs]
+    assert seeds == list(range(len(seeds)))
+    assert all(r["stop"] == "cap" and r["selected"]["steps"] == [r["curve"][-1]["step"]] for r in runs)
+    steps = {r["curve"][-1]["step"] for r in runs}
+    assert len(steps) == 1 and all(r["threads"] == 1 for r in runs)
+    drop = statistics.fmean(r["curve"][-2]["valid_nll"] - r["curve"][-1]["valid_nll"] for r in runs)
+    assert drop > 0  # "still falling at the cap"
+    minutes = statistics.fmean(r["seconds"] for r in runs) / 60
+
+    def spread(metric: str) -> str:
+        values = [r["selected"][metric] for r in runs]
+        return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+    bleu = statistics.fmean(r["selected"]["bleu"] for r in runs)
+    readme_line = f"only the base has run yet (test2016 BLEU {bleu:.2f} over {len(runs)} seeds, at the 20-epoch cap"
+    return readme_line, [
+        f"**Status:** {len(runs)} of the 33 runs: the base's seeds {seeds[0]}–{seeds[-1]}, each to the 20-epoch cap "
+        f"({steps.pop():,} steps",
+        f"about {minutes:.0f} minutes a run on one thread",
+        f"(by {drop:.2f} over the last 250 steps, on average)",
+        f"validation perplexity {spread('ppl')} and test2016 sacreBLEU {spread('bleu')}",
+    ]
+
+
 def parameters(preset: str, **overrides) -> int:
     """The parameters of a preset with the paper's 37,000-token vocabulary (built on the meta device)."""
     import torch
@@ -472,6 +504,9 @@ def claims() -> list[tuple[str, str]]:
     benchmarks += prepared_corpus_claims()
     benchmarks += pilot_rows()
     benchmarks += lr_sweep_claims()
+    readme_line, status = converged_status()
+    benchmarks += status
+    readme.append(readme_line)
     benchmarks.append(f"en→de went from 30.46 to {before_after('38.33')} in 60 minutes")
     big = parameters("big")
     training.append(
