@@ -178,6 +178,10 @@ def converged_status() -> tuple[str, list[str]]:
         return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
     bleu = statistics.fmean(r["selected"]["bleu"] for r in runs)
+    report = (RESULTS / "table3-converged.md").read_text()
+    effect = re.search(
+        r"\*\*Smallest resolvable difference\*\* \(3 seeds a row, from the base's seeds\): ([\d.]+) BLEU", report
+    )
     readme_line = f"only the base has run yet (test2016 BLEU {bleu:.2f} over {len(runs)} seeds, at the 20-epoch cap"
     return readme_line, [
         f"**Status:** {len(runs)} of the 33 runs: the base's seeds {seeds[0]}–{seeds[-1]}, each to the 20-epoch cap "
@@ -185,6 +189,8 @@ def converged_status() -> tuple[str, list[str]]:
         f"about {minutes:.0f} minutes a run on one thread",
         f"(by {drop:.2f} over the last 250 steps, on average)",
         f"validation perplexity {spread('ppl')} and test2016 sacreBLEU {spread('bleu')}",
+        f"From the base's {len(runs)} seeds, the smallest difference the design resolves with 3 seeds a row is "
+        f"{effect.group(1)} BLEU",
     ]
 
 
