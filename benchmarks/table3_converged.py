@@ -360,19 +360,26 @@ def run_pilot(args) -> dict:
     return load_results(path)
 
 
+def train_first_chunk(args, base_name: str, output_dir: Path) -> dict:
+    """Train the base row of ``base_name`` (a key of BASES), seed 0, RECIPE, for one chunk (``eval_every``
+    steps) in a fresh ``output_dir``, which is removed afterwards; returns train()'s summary."""
+    row_settings = settings(ROW_BY_KEY["base"], SMOKE_BASE if args.smoke else BASES[base_name])
+    shutil.rmtree(output_dir, ignore_errors=True)
+    summary = train(run_config(row_settings, 0, RECIPE, args, output_dir, args.eval_every))
+    shutil.rmtree(output_dir)
+    return {**summary, "settings": row_settings}
+
+
 def time_base(args, base_name: str) -> dict:
     """Train the base row of one base (BASES) for one chunk (``eval_every`` steps, seed 0, RECIPE) and record
     its training loop's target tokens and seconds in table3-base-timing.json, with the load average around it
     (two of these side by side, a thread each, load 2 cores as the rows do). What the plan's cost is read from."""
     path = args.output / "table3-base-timing.json"
-    row_settings = settings(ROW_BY_KEY["base"], SMOKE_BASE if args.smoke else BASES[base_name])
-    output_dir = args.workdir / "timing" / base_name
-    shutil.rmtree(output_dir, ignore_errors=True)
     load_before = os.getloadavg()[0]
-    summary = train(run_config(row_settings, 0, RECIPE, args, output_dir, args.eval_every))
+    summary = train_first_chunk(args, base_name, args.workdir / "timing" / base_name)
     record = {
         "base": base_name,
-        "settings": row_settings,
+        "settings": summary["settings"],
         "steps": summary["step"],
         "target_tokens": summary["target_tokens"],
         "loop_seconds": summary["loop_seconds"],
@@ -384,7 +391,6 @@ def time_base(args, base_name: str) -> dict:
         "revision": args.revision,
         "command": args.command,
     }
-    shutil.rmtree(output_dir)
     with FileLock(str(path) + ".lock"):
         report = load_results(path) if path.is_file() else {"runs": {}}
         report["runs"][base_name] = record
@@ -401,11 +407,7 @@ def check_start(args, results_path: Path) -> dict:
     recorded = next((r for r in results["runs"] if (r["row"], r["seed"]) == ("base", 0)), None)
     if recorded is None:
         raise SystemExit(f"--check-start: {results_path.name} has no base seed 0 yet: run `--rows base --seeds 0`")
-    row_settings = settings(ROW_BY_KEY["base"], SMOKE_BASE if args.smoke else BASES[ROWS_BASE])
-    output_dir = args.workdir / "check-start"
-    shutil.rmtree(output_dir, ignore_errors=True)
-    summary = train(run_config(row_settings, 0, RECIPE, args, output_dir, args.eval_every))
-    shutil.rmtree(output_dir)
+    summary = train_first_chunk(args, ROWS_BASE, args.workdir / "check-start")
     check = {
         "revision": args.revision,
         "recorded_revision": recorded["revision"],
