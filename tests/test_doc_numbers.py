@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -495,13 +496,20 @@ def claims() -> list[tuple[str, str]]:
     ]
     assert kills2["processes"] == 2 and kills2["steps"] == 200 and kills["steps"] == 200
     run = load("tatoeba_en_de_small")
+    main_job_config = yaml.safe_load((ROOT / "configs" / "tatoeba_en_de_small.yaml").read_text(encoding="utf-8"))
+    manifest = json.loads((ROOT / "data" / "tatoeba_en_de" / "MANIFEST.json").read_text(encoding="utf-8"))
     training = [
         f"trained {run['step']} steps, {run['target_tokens']:,} target tokens in {run['loop_seconds'] / 60:.1f} min "
         f"({run['stop_reason']}); averaged {len(run['averaged_checkpoints'])} checkpoints",
         f"test ({main_job['n']} sentences, beam search): sacreBLEU {main_job['bleu']:.2f}  "
         f"{main_job['bleu_signature']}",
         f"chrF {main_job['chrf']:.2f}  {main_job['chrf_signature']}",
-        f"and {main_job['seconds']:.0f} s of beam search over the test split",
+        f"among them {main_job['seconds']:.0f} s of beam search over the test split",
+        f"Training stops at its {main_job_config['max_minutes']}-minute budget (`max_minutes`)",
+        f"train: {manifest['counts']['train']:,} pairs kept, {run['dropped']['train']} dropped",
+        f"step {run['step']} | ... | "
+        + " | ".join(f"{k} {run[k]:.4g}" for k in ("valid_loss", "valid_nll", "valid_ppl", "valid_bleu", "valid_chrf"))
+        + " | ...",
         f"trained at {bf16['bf16']['target_tokens_per_s']:,.0f} target tokens/s against",
         f"{bf16['fp32']['target_tokens_per_s']:,.0f} in fp32 ({bf16['speedup_bf16']:.2f}×)",
         f"within {100 * bf16['max_relative_gap_train']:.2f} % of fp32's in training (10-step means) and "
