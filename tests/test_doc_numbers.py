@@ -157,6 +157,20 @@ def lr_sweep_claims() -> list[str]:
     ]
 
 
+def marian_baseline_claims(de_en: dict) -> list[str]:
+    """docs/benchmarks.md's Marian baseline, from marian-baseline.json: its test2016 scores, steps, minutes and
+    machine; and that the de→en run it is set beside trained in bf16 (the page says they differ in precision)."""
+    run = load("marian-baseline")
+    training, test = run["training"], run["test"]
+    assert run["direction"] == "de-en" and training["epochs"] == 10 and not training["resumed"]
+    assert test["split"] == "test_2016_flickr" and test["sentences"] == 1000 and de_en["mixed_precision"] == "bf16"
+    return [
+        f"de→en {test['bleu']:.2f} sacreBLEU (chrF {test['chrf']:.2f}) after {training['epochs']} epochs, "
+        f"{training['steps']:,} steps and {training['train_seconds'] / 60:.0f} minutes of training, in\nfp32 on an "
+        f"{run['machine']} (one process of {run['threads']} threads)",
+    ]
+
+
 def converged_status() -> tuple[str, list[str]]:
     """docs/benchmarks.md's status of Table 3 at convergence, from table3-converged.json: the runs made so far
     (base seeds only), where they stopped, what they cost and what their selected checkpoints score; and the
@@ -374,6 +388,7 @@ def claims() -> list[tuple[str, str]]:
         + speed_findings()
         + [
             f"{de_en['test']['bleu']:.2f} de→en in 60 minutes ({before_after('40.05')} with attention biases)",
+            *marian_baseline_claims(de_en),
             f"en→de went from 30.46 to {before_after('38.33')} in 60 minutes",
             f"earlier run's {en_de['max_steps']:,} steps (`--max-steps {en_de['max_steps']}`), which took "
             f"{en_de['loop_seconds']:,.0f} s ({en_de['loop_seconds'] / 60:.0f} minutes)",
