@@ -91,7 +91,6 @@ def prepared_corpus_claims() -> list[str]:
     claims += [
         f"**Preparation: {big['data_ready_s']:.0f} s** (goal ≤ 6 min, "
         f"{'met' if big['data_ready_s'] <= 360 else 'not met in this run'})",
-        f"({rows['bundled', 'first']['data_ready_s']:.0f} s against 13 s)",  # 13 s: the 2026-12-05 run's
         f"**The second start: {again['data_ready_s']:.0f} s to data, {again['loop_start_s']:.0f} s to the first "
         "step** (goal ≤ 30 s)",
         f"**Memory the data adds: {gb(added[0])} and {gb(added[1])} GB per process** (goal ≤ 1 GB)",
@@ -168,6 +167,17 @@ def marian_baseline_claims(de_en: dict) -> list[str]:
         f"de→en {test['bleu']:.2f} sacreBLEU (chrF {test['chrf']:.2f}) after {training['epochs']} epochs, "
         f"{training['steps']:,} steps and {training['train_seconds'] / 60:.0f} minutes of training, in\nfp32 on an "
         f"{run['machine']} (one process of {run['threads']} threads)",
+    ]
+
+
+def suite_time_claims() -> list[str]:
+    """docs/tests.md's time of CI's whole run, from test-suite.json (recorded from a fresh clone's `.ci/run`)."""
+    run = load("test-suite")
+    assert run["failed"] == 0 and run["pytest_seconds"] < run["total_seconds"]
+    return [
+        f"took {run['total_seconds'] / 60:.0f} minutes ({run['total_seconds']:,} s, of which pytest "
+        f"{run['pytest_seconds']:,} s: {run['passed']}\npassed, {run['skipped']} skipped) on an {run['machine']}, "
+        f"at commit {run['revision']}",
     ]
 
 
@@ -306,6 +316,7 @@ def speed_findings() -> list[str]:
         "met** in all four rows, " + " to ".join(f"{x:.2f}×" for x in span_ends([r["ratio"] for r in train.values()])),
         f"met at the base size ({bf16_over_fp32('base'):.2f}×), not at the small size ({bf16_over_fp32('small'):.2f}×)",
         f"of a {train['small', 'bf16']['ours_step_ms']:.0f} ms step",
+        f"3× would need about {train['small', 'bf16']['ours_step_ms'] * bf16_over_fp32('small') / 3:.0f} ms.",
         f"{100 * base_bf16['ours_mfu']:.1f} %, not met** (Marian: {100 * base_bf16['marian_mfu']:.1f} %). The step is "
         f"{base_bf16['ours_mfu'] * peak_bf16 * step_s / 1e9:.0f} GFLOP; 50 %\n  would need it in "
         f"{step_s * base_bf16['ours_mfu'] / 0.5:.2f} s, against {step_s:.2f} s.",
@@ -582,7 +593,10 @@ def claims() -> list[tuple[str, str]]:
         for name, b in batching.items()
     }
     redecoded = {name: f"{b['int8']['redecoded']}, {b['float32']['redecoded']}" for name, b in batching.items()}
+    prepared = {(r["corpus"], r["run"].split()[0]): r["data_ready_s"] for r in load("prepared-corpus")["rows"]}
     performance_log = [
+        f"[prepared-corpus.md](../benchmarks/results/prepared-corpus.md) took {prepared['synthetic', 'first']:.0f} s "
+        f"and {prepared['bundled', 'first']:.0f} s.",
         f"to {span([r['ratio'] for r in speed_rows('generate', beams=4, batch=32)])} (see",
         f"| the limit most of their sentences have | {ratios['tatoeba_en_de']} | {redecoded['tatoeba_en_de']} | "
         f"{ratios['multi30k-de-en']} | {redecoded['multi30k-de-en']} |",
@@ -612,6 +626,7 @@ def claims() -> list[tuple[str, str]]:
         + [("docs/performance-log.md", text) for text in performance_log]
         + [("docs/pictures.md", text) for text in pictures_page]
         + [("docs/explorer.md", text) for text in explorer_page]
+        + [("docs/tests.md", text) for text in suite_time_claims()]
     )
 
 
