@@ -629,7 +629,15 @@ def report(results: dict, out: Path, references: list[str] | None, picture: bool
             f" ({o})"
             for (row, ref, metric, _), o in zip(items, outcomes)
         )
-        lines.append(f"- {text}: **{claim_verdict(outcomes)}** ({details})")
+        verdict = claim_verdict(outcomes)
+        short = [
+            f"{row}: {count} of {SEEDS[row]}"
+            for row in dict.fromkeys(r for item in items for r in item[:2])
+            if 0 < (count := sum(r["row"] == row for r in runs)) < SEEDS[row]
+        ]
+        if short and verdict != "not run yet":  # an interval from fewer seeds than planned: wider, and not final
+            verdict += f", provisional (seeds {', '.join(short)})"
+        lines.append(f"- {text}: **{verdict}** ({details})")
     lines += ["", "Beyond the paper (no claim):", ""]
     for row, what in BEYOND:
         bleu, ppl = intervals.get((row, "base", "bleu")), intervals.get((row, "base", "ppl"))
