@@ -158,7 +158,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a saved model folder (RUN/final)")
     parser.add_argument("--sources", type=Path, required=True, help="source sentences, one a line (.gz read too)")
     parser.add_argument("--name", default=None, help="the results' name (default: the model folder's parent)")

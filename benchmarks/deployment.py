@@ -344,7 +344,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model", type=Path, required=True, help="a saved model folder (e.g. RUN/final of a Multi30k run)"
     )

@@ -268,7 +268,7 @@ def ctranslate2_check(dry_run: bool, model_dir: str, workdir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="every step on the CPU at tiny sizes")
     parser.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/vanilla-transformer-gpu-check"))

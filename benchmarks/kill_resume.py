@@ -310,7 +310,7 @@ def draw(report: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=30)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--save-every", type=int, default=4)

@@ -198,7 +198,7 @@ def _relaunch_under_torchrun(processes: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--directions", nargs="+", default=["de-en", "en-de"])
     parser.add_argument(

@@ -609,7 +609,7 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     import transformers
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     sections = ["train", "memory", "generate", "length", "epoch"]
     parser.add_argument("--sections", nargs="+", default=sections, choices=sections)
     parser.add_argument("--sizes", nargs="+", default=["small", "base"], choices=list(SIZES))

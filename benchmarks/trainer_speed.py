@@ -235,7 +235,7 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     import transformers
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=128, help="sentence pairs per batch")

@@ -17,7 +17,7 @@ from transformers import AutoModelForSeq2SeqLM
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="outputs/demo", help="where to save the model (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=1200, help="maximum training steps (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)

@@ -60,6 +60,7 @@ def _option(group: Any, name: str, *old: str, **kwargs: Any) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``argv``; ``None``: ``sys.argv[1:]``), without running anything."""
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog=Path(__file__).name,
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -19,7 +19,7 @@ from vanilla_transformer.tokenization import train_joint_bpe
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="data/tatoeba_en_de")
     parser.add_argument("--src-lang", default="en")
     parser.add_argument("--tgt-lang", default="de")

@@ -313,7 +313,9 @@ def generate_cards(root: str | Path = ".") -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate model_cards/ from the committed results files.")
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description="Generate model_cards/ from the committed results files."
+    )
     parser.add_argument("--root", default=".", help="repository root (default: the current folder)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a card is missing or differs")
     args = parser.parse_args(argv)

@@ -164,7 +164,7 @@ def gzip_lines(lines: list[str]) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        allow_abbrev=False, description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument(
         "--source-dir", type=Path, default=DEFAULT_SOURCE_DIR, help="folder with tatoeba.en and tatoeba.de"

@@ -219,6 +219,9 @@ def test_bad_train_options_are_refused_with_a_message_and_no_traceback(tmp_path,
         (["--max-tokenz", "5"], "unrecognized arguments: --max-tokenz"),
         (["--config_overrides", "{d_model: 64}"], "argument --config_overrides/--config-overrides: not valid JSON"),
         (["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
+        # a prefix is not taken for the option it starts (argparse's default would train 3 steps silently)
+        (["--max_step", "3"], "unrecognized arguments: --max_step 3 (did you mean --max_steps?)"),
+        (["--max-tokenz=5"], "unrecognized arguments: --max-tokenz=5 (did you mean --max-tokens?)"),
     ):
         with pytest.raises(SystemExit) as done:
             main(["train", *argv])
@@ -486,3 +489,20 @@ def test_explore_refuses_a_folder_that_holds_no_model(tmp_path, capsys):
     assert main(["explore", "--model_name_or_path", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "no config.json" in err and "vanilla-transformer train" in err and "Traceback" not in err
+
+
+def test_no_command_line_of_the_repository_takes_an_abbreviated_option():
+    """Every argparse parser (the package's, the benchmarks', scripts' and examples') sets ``allow_abbrev=False``,
+    so that a misspelt option that happens to be a prefix is refused rather than read as another."""
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True, text=True).stdout.split()
+    calls = {}
+    for name in tracked:
+        text = (root / name).read_text(encoding="utf-8")
+        for match in re.finditer(r"argparse\.ArgumentParser\((.{0,40})", text, flags=re.S):
+            calls[f"{name}:{text[: match.start()].count(chr(10)) + 1}"] = match.group(1)
+    assert len(calls) >= 20
+    loose = [where for where, head in calls.items() if "allow_abbrev=False" not in head]
+    assert not loose, f"argparse.ArgumentParser without allow_abbrev=False: {loose}"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["translate", "--model_name_or_path", "m", "--num_beam", "2", "hi"])

@@ -486,7 +486,14 @@ CASES = [
         "command line",
         "an unknown option",
         lambda d: _command(["train", "--max-tokenz", "5"]),
-        "unrecognized arguments: --max-tokenz",
+        "unrecognized arguments: --max-tokenz 5 (did you mean --max-tokens?)",
+        SystemExit,
+    ),
+    Case(
+        "command line",
+        "an option cut short",
+        lambda d: _command(["train", "--max_step", "3"]),
+        "unrecognized arguments: --max_step 3 (did you mean --max_steps?)",
         SystemExit,
     ),
     Case(

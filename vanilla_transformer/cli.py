@@ -10,6 +10,7 @@ transformers' ``Seq2SeqTrainingArguments`` and its translation example (``--mode
 
 import argparse
 import dataclasses
+import difflib
 import io
 import json
 import os
@@ -313,12 +314,47 @@ def _bool_or_repository(value: str) -> bool | str:
     return words.get(value.lower(), value)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (``--max_step`` is not silently ``--max_steps``), whose "unrecognized
+    arguments" error names the closest option of any command. (Python 3.14's ``suggest_on_error`` suggests only
+    for choices and commands; click and typer would replace transformers' HfArgumentParser, which builds the
+    train options from TrainConfig.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _options(self) -> set[str]:
+        """This parser's long options and those of the command named in the arguments (unknown ones end up here)."""
+        options = {o for o in self._option_string_actions if o.startswith("--")} - {"--help", "--version"}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                command = next((action.choices[w] for w in getattr(self, "_words", []) if w in action.choices), None)
+                if command is not None:
+                    options |= command._options()
+        return options
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments: "):
+            known = sorted(self._options())
+            for word in message.split(": ", 1)[1].split():
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1) if word.startswith("--") else []
+                if close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        super().error(message)
+
+
 def build_parser(train_defaults: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     """The command line; ``train_defaults`` replace TrainConfig's defaults (the values of ``train --config``)."""
     from . import __version__
     from .deployment import QUANTIZATIONS  # deployment imports without ctranslate2; only `export` needs it
 
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="vanilla-transformer", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true", help="on an error, show the traceback as well as the message")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
