@@ -110,7 +110,7 @@ def table(runs: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--factors", nargs="+", type=float, default=FACTORS, help="lr_factor values to train")
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps per run (evaluated halfway and here)")
     parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"])

@@ -256,7 +256,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4_500_000, help="synthetic training pairs (default: WMT14's 4.5M)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--steps", type=int, default=50)

@@ -595,7 +595,7 @@ def load_results(path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", nargs="+", choices=list(ROW_BY_KEY), help="rows to run (default: all, in order)")
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds of the chosen rows (default: base 0 1 2, others 0)")
     parser.add_argument("--rerun", action="store_true", help="train the chosen rows again even if they are recorded")

@@ -781,7 +781,7 @@ def draw_pilot(report: dict, path: Path) -> None:
 # Command line
 # --------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", nargs="+", choices=list(SEEDS), help="rows to run (default: all, in order)")
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds of the chosen rows (default: 0..SEEDS[row]-1)")
     parser.add_argument(

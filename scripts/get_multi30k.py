@@ -104,7 +104,7 @@ def download(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-dir", type=Path, default=ROOT / "data" / "multi30k")
     parser.add_argument(
         "--base-url", default=BASE_URL, help="where <split>.<lang>.gz are (default: the official repository)"

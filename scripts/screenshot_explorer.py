@@ -24,7 +24,7 @@ from vanilla_transformer.explorer import KIND_NAMES, launch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a saved model folder (model + tokenizer)")
     parser.add_argument("--output", default="docs/images/explorer.png", help="the PNG to write")
     parser.add_argument("--source", default="Tom is reading a book.", help="the sentence to translate")
