@@ -622,11 +622,17 @@ def report(results: dict, out: Path, references: list[str] | None, picture: bool
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += ["", "## The paper's claims", ""]
+    seeds_of = {key: {r["seed"] for r in runs if r["row"] == key} for key in SEEDS}
+
+    def said(row: str, ref: str, result: str) -> str:  # one paired seed runs, but gives no interval yet
+        paired = len(seeds_of[row] & seeds_of[ref])
+        return f"{paired} paired seed, no interval yet" if result == "not run" and paired == 1 else result
+
     for text, items in CLAIMS:
         outcomes = [outcome(intervals.get((row, ref, metric)), d) for row, ref, metric, d in items]
         details = "; ".join(
             f"{row} − {ref} {'PPL' if metric == 'ppl' else 'BLEU'} {_interval_text(intervals.get((row, ref, metric)))}"
-            f" ({o})"
+            f" ({said(row, ref, o)})"
             for (row, ref, metric, _), o in zip(items, outcomes)
         )
         verdict = claim_verdict(outcomes)

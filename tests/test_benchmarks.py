@@ -801,6 +801,9 @@ def test_table3_verdicts_follow_the_intervals(tmp_path):
     full = _fixture_runs(t3, references, {"base": 0.0}, seeds=5)
     full += [r for r in worse if r["row"] == "A-h1"]
     assert claim + "**held** (" in t3.report({"runs": full, "bootstrap_samples": 200}, tmp_path, references, False)
+    one = [r for r in worse if r["row"] == "base"] + _fixture_runs(t3, references, {"D-drop0.0": 0.1}, seeds=1)
+    text = t3.report({"runs": one, "bootstrap_samples": 200}, tmp_path, references, False)
+    assert "D-drop0.0 − base BLEU — (1 paired seed, no interval yet); D-drop0.1 − D-drop0.0 BLEU — (not run)" in text
     better = _fixture_runs(t3, references, {"base": 0.3, "A-h1": 0.0})
     assert t3.outcome(t3.comparisons(better, references, samples=200)[("A-h1", "base", "bleu")], "-") == "contradicted"
     effect = t3.resolvable_effect(worse, 3, references, samples=200)

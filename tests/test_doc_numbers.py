@@ -182,39 +182,67 @@ def suite_time_claims() -> list[str]:
 
 
 def converged_status() -> tuple[str, list[str]]:
-    """docs/benchmarks.md's status of Table 3 at convergence, from table3-converged.json: the runs made so far
-    (base seeds only), where they stopped, what they cost and what their selected checkpoints score; and the
-    README's line on them."""
+    """docs/benchmarks.md's status of Table 3 at convergence, from table3-converged.json: the runs made so far,
+    where they stopped, what they cost and what their selected checkpoints score; and the README's line on them."""
     import statistics
+    import sys
 
-    runs = sorted(load("table3-converged")["runs"], key=lambda r: r["seed"])
-    assert {r["row"] for r in runs} == {"base"}  # "No other row has run"
-    seeds = [r["seed"] for r in runs]
-    assert seeds == list(range(len(seeds)))
-    assert all(r["stop"] == "cap" and r["selected"]["steps"] == [r["curve"][-1]["step"]] for r in runs)
-    steps = {r["curve"][-1]["step"] for r in runs}
-    assert len(steps) == 1 and all(r["threads"] == 1 for r in runs)
-    drop = statistics.fmean(r["curve"][-2]["valid_nll"] - r["curve"][-1]["valid_nll"] for r in runs)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import table3_converged
+
+    rows: dict[str, list[dict]] = {}
+    for run in sorted(load("table3-converged")["runs"], key=lambda r: r["seed"]):
+        rows.setdefault(run["row"], []).append(run)
+    base = rows.pop("base")
+    assert all(r["threads"] == 1 for r in base + [r for runs in rows.values() for r in runs])
+    seeds = [r["seed"] for r in base]
+    assert seeds == list(range(len(seeds))) == list(range(table3_converged.SEEDS["base"]))  # all 5 of the base
+    assert all(r["stop"] == "cap" and r["selected"]["steps"] == [r["curve"][-1]["step"]] for r in base)
+    steps = {r["curve"][-1]["step"] for r in base}
+    assert len(steps) == 1
+    drop = statistics.fmean(r["curve"][-2]["valid_nll"] - r["curve"][-1]["valid_nll"] for r in base)
     assert drop > 0  # "still falling at the cap"
-    minutes = statistics.fmean(r["seconds"] for r in runs) / 60
+    minutes = statistics.fmean(r["seconds"] for r in base) / 60
 
-    def spread(metric: str) -> str:
-        values = [r["selected"][metric] for r in runs]
+    def spread(runs: list[dict], metric: str, model: str = "selected") -> str:
+        values = [r[model][metric] for r in runs]
+        if len(values) == 1:
+            return f"{values[0]:.2f}"
         return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
-    bleu = statistics.fmean(r["selected"]["bleu"] for r in runs)
+    others = []
+    for row, runs in rows.items():
+        planned = table3_converged.SEEDS[row]
+        stops = {r["stop"] for r in runs}
+        assert stops <= {"early", "cap"} and len(runs) < planned  # "no claim has a verdict yet"
+        where = " and ".join(f"{r['curve'][-1]['step']:,}" for r in runs)
+        lowest = " and ".join(f"{r['selected']['steps'][0]:,}" for r in runs)
+        epochs = " and ".join(str(r["curve"][-1]["epoch"]) for r in runs)
+        others += [
+            f"`{row}` ({len(runs)} of its {planned} seeds) stopped "
+            + ("early" if stops == {"early"} else "at the cap" if stops == {"cap"} else "early or at the cap")
+            + f" (step {where}, epoch {epochs}",
+            f"lowest validation NLL at step {lowest}",
+            f"validation perplexity {spread(runs, 'ppl')} and test2016 sacreBLEU {spread(runs, 'bleu')}",
+            f"its last checkpoint scores {spread(runs, 'bleu', 'last')}",
+        ]
+    bleu = statistics.fmean(r["selected"]["bleu"] for r in base)
     report = (RESULTS / "table3-converged.md").read_text()
     effect = re.search(
         r"\*\*Smallest resolvable difference\*\* \(3 seeds a row, from the base's seeds\): ([\d.]+) BLEU", report
     )
-    readme_line = f"only the base has run yet (test2016 BLEU {bleu:.2f} over {len(runs)} seeds, at the 20-epoch cap"
+    readme_line = (
+        f"the base has run ({len(base)} seeds, test2016 BLEU {bleu:.2f}, at the 20-epoch cap and still improving)"
+        + "".join(f" and {len(runs)} of `{row}`'s {table3_converged.SEEDS[row]} seeds" for row, runs in rows.items())
+    )
     return readme_line, [
-        f"**Status:** {len(runs)} of the 33 runs: the base's seeds {seeds[0]}–{seeds[-1]}, each to the 20-epoch cap "
-        f"({steps.pop():,} steps",
+        f"**Status:** {len(base) + sum(map(len, rows.values()))} of the 33 runs. The base's seeds {seeds[0]}–"
+        f"{seeds[-1]}, each to the 20-epoch cap ({steps.pop():,} steps",
         f"about {minutes:.0f} minutes a run on one thread",
         f"(by {drop:.2f} over the last 250 steps, on average)",
-        f"validation perplexity {spread('ppl')} and test2016 sacreBLEU {spread('bleu')}",
-        f"From the base's {len(runs)} seeds, the smallest difference the design resolves with 3 seeds a row is "
+        f"validation perplexity {spread(base, 'ppl')} and test2016 sacreBLEU {spread(base, 'bleu')}",
+        *others,
+        f"From the base's {len(base)} seeds, the smallest difference the design resolves with 3 seeds a row is "
         f"{effect.group(1)} BLEU",
     ]
 
