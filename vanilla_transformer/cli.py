@@ -316,7 +316,7 @@ def _bool_or_repository(value: str) -> bool | str:
 
 class _Parser(argparse.ArgumentParser):
     """argparse without abbreviations (``--max_step`` is not silently ``--max_steps``), whose "unrecognized
-    arguments" error names the closest option of any command. (Python 3.14's ``suggest_on_error`` suggests only
+    arguments" error names the closest option of the command given. (Python 3.14's ``suggest_on_error`` suggests only
     for choices and commands; click and typer would replace transformers' HfArgumentParser, which builds the
     train options from TrainConfig.)"""
 
