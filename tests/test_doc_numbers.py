@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -720,3 +721,21 @@ def test_every_measured_number_of_the_readmes_results_table_is_checked():
             if not any(a <= start and end <= b for a, b in spans):
                 unchecked.append(number.group(0))
     assert not unchecked, f"numbers in the README's results table that no claim checks: {unchecked}"
+
+
+def test_replaced_results_are_those_of_the_commit_the_page_names():
+    """docs/benchmarks.md's earlier 60-minute runs, since replaced, against the results file at the commit it names
+    (git history; a clone without it skips, saying so)."""
+    shown = subprocess.run(
+        ["git", "show", "9c96900:benchmarks/results/multi30k-60min.json"], cwd=ROOT, capture_output=True, text=True
+    )
+    if shown.returncode != 0:
+        pytest.skip(f"this clone has no commit 9c96900 (a shallow clone?): {shown.stderr.strip()}")
+    rows = {r["direction"]: r["test"] for r in json.loads(shown.stdout)["results"]}
+    de_en, en_de = rows["de-en"], rows["en-de"]
+    text = (
+        f"file: de-en {de_en['bleu']:.2f} sacreBLEU (chrF {de_en['chrf']:.2f}) and en-de {en_de['bleu']:.2f} "
+        f"(chrF {en_de['chrf']:.2f}), both in it at commit 9c96900"
+    )
+    assert text in page("docs/benchmarks.md")
+    assert f"en→de went from {en_de['bleu']:.2f} to" in page("docs/benchmarks.md")
