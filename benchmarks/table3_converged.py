@@ -639,7 +639,7 @@ def report(results: dict, out: Path, references: list[str] | None, picture: bool
         short = [
             f"{row}: {count} of {SEEDS[row]}"
             for row in dict.fromkeys(r for item in items for r in item[:2])
-            if 0 < (count := sum(r["row"] == row for r in runs)) < SEEDS[row]
+            if 0 < (count := len(seeds_of[row])) < SEEDS[row]
         ]
         if short and verdict != "not run yet":  # an interval from fewer seeds than planned: wider, and not final
             verdict += f", provisional (seeds {', '.join(short)})"
