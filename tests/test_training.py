@@ -308,6 +308,27 @@ def test_a_users_own_files_train_with_a_separate_validation_and_test_file(corpus
     assert len((tmp_path / "run" / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 10
 
 
+def test_the_bpe_of_a_large_corpus_learns_from_an_evenly_spread_sample_of_bpe_train_pairs(corpus, tmp_path, capsys):
+    """--bpe_train_pairs 300 of the 2,000 training pairs: the run's tokenizer is the BPE of exactly pairs i with
+    i * 300 mod 2000 < 300 (spread over the whole file), not that of all pairs, and the log says so."""
+    from vanilla_transformer.tokenization import train_joint_bpe
+
+    train(tiny_run(corpus, tmp_path / "run", max_steps=1, save_steps=1, bpe_train_pairs=300, test_split=None))
+    assert "the BPE learns from 300 of the 2,000 training pairs" in capsys.readouterr().out
+    en, de = ((corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines() for lang in ("en", "de"))
+    chosen = [i for i in range(2000) if i * 300 % 2000 < 300]
+    assert len(chosen) == 300 and chosen[0] == 0 and chosen[-1] > 1980
+    saved = (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8")
+    vocab = json.loads(saved)["model"]["vocab"]
+
+    def vocab_of(indices):
+        texts = [text for i in indices for text in (en[i], de[i])]
+        return json.loads(train_joint_bpe(texts, vocab_size=400).backend_tokenizer.to_str())["model"]["vocab"]
+
+    assert vocab == vocab_of(chosen)
+    assert vocab != vocab_of(range(2000))
+
+
 def test_half_written_checkpoints_are_ignored_and_reported(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     train(tiny_run(corpus, run, max_steps=3))

@@ -93,6 +93,11 @@ class TrainConfig:
         default=None, help="a saved tokenizer folder; none: a joint BPE trained on the data"
     )
     vocab_size: int = HfArg(default=8000, help="size of the joint BPE vocabulary trained without --tokenizer_name")
+    bpe_train_pairs: int = HfArg(
+        default=1_000_000,
+        help="the joint BPE learns from at most this many training pairs, spread evenly over a larger corpus "
+        "(0: all of them, as SentencePiece's input_sentence_size)",
+    )
     # model: a preset of Table 3 plus overrides, or a saved model to continue from
     preset: str = HfArg(default="base", help="model sizes of Table 3", metadata={"choices": PRESETS})
     config_overrides: dict[str, Any] = HfArg(
@@ -184,6 +189,7 @@ class TrainConfig:
             "average_last": self.average_last >= 1,
             "max_length": self.max_length >= 2,
             "vocab_size": self.vocab_size >= 300,
+            "bpe_train_pairs": self.bpe_train_pairs >= 0,
             "label_smoothing_factor": 0.0 <= self.label_smoothing_factor < 1.0,
             "lr_factor": self.lr_factor > 0,
             "max_minutes": self.max_minutes is None or self.max_minutes > 0,
