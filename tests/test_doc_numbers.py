@@ -211,16 +211,27 @@ def converged_status() -> tuple[str, list[str]]:
             return f"{values[0]:.2f}"
         return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
-    others = []
+    def listing(items: list[str]) -> str:
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+    report = (RESULTS / "table3-converged.md").read_text()
+    others, intervals = [], {}
     for row, runs in rows.items():
         planned = table3_converged.SEEDS[row]
         stops = {r["stop"] for r in runs}
-        assert stops <= {"early", "cap"} and len(runs) < planned  # "no claim has a verdict yet"
-        where = " and ".join(f"{r['curve'][-1]['step']:,}" for r in runs)
-        lowest = " and ".join(f"{r['selected']['steps'][0]:,}" for r in runs)
-        epochs = " and ".join(str(r["curve"][-1]["epoch"]) for r in runs)
+        assert stops <= {"early", "cap"} and len(runs) <= planned
+        where = listing([f"{r['curve'][-1]['step']:,}" for r in runs])
+        lowest = listing([f"{r['selected']['steps'][0]:,}" for r in runs])
+        epochs = listing([str(r["curve"][-1]["epoch"]) for r in runs])
+        if len(runs) == planned:  # a row with all its seeds: its interval from the base, as the report gives it
+            interval = re.search(rf"\({re.escape(row)} − base BLEU ([^ ]+ \[[^]]+\]) \(([a-z ]+)\)", report)
+            intervals[row] = f"{interval.group(1)}, {interval.group(2)}"
+            others.append(f"its BLEU minus the base's is {interval.group(1)}: {interval.group(2)}")
+            ppl_of_base = {r["seed"]: r["selected"]["ppl"] for r in base}
+            if all(r["selected"]["ppl"] > ppl_of_base[r["seed"]] for r in runs):
+                others.append("its validation perplexity is higher than the\nbase's on every seed")
         others += [
-            f"`{row}` ({len(runs)} of its {planned} seeds) stopped "
+            f"`{row}` ({f'all {planned}' if len(runs) == planned else f'{len(runs)} of its {planned}'} seeds) stopped "
             + ("early" if stops == {"early"} else "at the cap" if stops == {"cap"} else "early or at the cap")
             + f" (step {where}, epoch {epochs}",
             f"lowest validation NLL at step {lowest}",
@@ -228,13 +239,19 @@ def converged_status() -> tuple[str, list[str]]:
             f"its last checkpoint scores {spread(runs, 'bleu', 'last')}",
         ]
     bleu = statistics.fmean(r["selected"]["bleu"] for r in base)
-    report = (RESULTS / "table3-converged.md").read_text()
+    verdicts = re.findall(r"^- \(.*\): \*\*([^*]+)\*\* \(", report, re.M)
+    assert len(verdicts) == len(table3_converged.CLAIMS) and set(verdicts) == {"not run yet"}  # "no verdict yet"
     effect = re.search(
         r"\*\*Smallest resolvable difference\*\* \(3 seeds a row, from the base's seeds\): ([\d.]+) BLEU", report
     )
     readme_line = (
         f"the base has run ({len(base)} seeds, test2016 BLEU {bleu:.2f}, at the 20-epoch cap and still improving)"
-        + "".join(f" and {len(runs)} of `{row}`'s {table3_converged.SEEDS[row]} seeds" for row, runs in rows.items())
+        + "".join(
+            f" and all {len(runs)} seeds of `{row}` (Δ BLEU from the base {intervals[row]})"
+            if len(runs) == table3_converged.SEEDS[row]
+            else f" and {len(runs)} of `{row}`'s {table3_converged.SEEDS[row]} seeds"
+            for row, runs in rows.items()
+        )
     )
     return readme_line, [
         f"**Status:** {len(base) + sum(map(len, rows.values()))} of the 33 runs. The base's seeds {seeds[0]}–"
