@@ -156,7 +156,7 @@ def prepare_split(
         chunks = iter(lambda: list(itertools.islice(stream, _CHUNK)), [])
         bar = tqdm(desc=f"preparing {Path(folder).name[:8]}", unit=" pairs", unit_scale=True, disable=not progress)
         # The next chunk is read and encoded in a thread (the Rust tokenizer releases the GIL) while this one
-        # is written: on 2 cores, a third faster than one after the other (docs/benchmarks.md).
+        # is written. Two chunks encoded at once in two threads took the same time (docs/performance-log.md).
         try:
             with ThreadPoolExecutor(max_workers=1) as pool:
                 pending = pool.submit(_read_and_encode, chunks, encode)
