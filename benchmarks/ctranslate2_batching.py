@@ -45,8 +45,9 @@ BEAMS, ALPHA, BATCH = 4, 0.6, 32
 
 def direct_run(translator: CTranslate2Translator, texts: list[str], from_text: bool = False):
     """``translate_batch`` on the package's batches (similar source lengths, longest first), each with its
-    batch's longest limit: what the engine costs with no per-sentence limit. ``from_text``: tokenizing the
-    texts and converting the outputs to ids are timed too."""
+    batch's longest limit, all queued at once so that the engine's workers decode them in parallel: what the
+    engine costs with no per-sentence limit. ``from_text``: tokenizing the texts and converting the outputs to
+    ids are timed too."""
     tokenizer = translator.tokenizer
     offset = int(translator.generation_config.source_length_offset)
 
@@ -59,9 +60,9 @@ def direct_run(translator: CTranslate2Translator, texts: list[str], from_text: b
 
     def run() -> None:
         tokens = tokenize() if from_text else prepared
-        outputs = []
+        queued = []
         for batch in batches:
-            outputs += translator.translator.translate_batch(
+            queued += translator.translator.translate_batch(
                 [tokens[i] for i in batch],
                 beam_size=BEAMS,
                 length_penalty=ALPHA,
@@ -70,7 +71,9 @@ def direct_run(translator: CTranslate2Translator, texts: list[str], from_text: b
                 max_input_length=0,
                 return_end_token=True,
                 max_batch_size=0,
+                asynchronous=True,
             )
+        outputs = [waiting.result() for waiting in queued]
         if from_text:  # the ids a user would go on with
             for result in outputs:
                 tokenizer.convert_tokens_to_ids(result.hypotheses[0])
@@ -129,7 +132,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"`{report['command']}`",
         "",
-        f"{report['machine']}; {report['threads']} threads; CTranslate2 {report['ctranslate2']}; "
+        f"{report['machine']}; {report['threads']} threads (batches decoded {report['threads']} at once, one thread "
+        f"each; `translate_batch`'s queued likewise); CTranslate2 {report['ctranslate2']}; "
         f"beam {BEAMS}, α {ALPHA}, "
         f"batches of {BATCH}, per-sentence limit source length + 50.",
         "",

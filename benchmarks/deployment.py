@@ -144,13 +144,13 @@ def ct2_run(translator, texts: list[str], num_beams: int, batch_size: int):
     return run
 
 
-def load_engine(engine: str, model_dir: Path, exports: dict, threads: int):
+def load_engine(engine: str, model_dir: Path, exports: dict, threads: int, threads_per_batch: int = 1):
     """(model or translator, tokenizer) of one engine."""
     from vanilla_transformer.deployment import CTranslate2Translator
     from vanilla_transformer.loading import load_model_and_tokenizer
 
     if engine.startswith("CTranslate2"):
-        translator = CTranslate2Translator(exports[engine], threads=threads)
+        translator = CTranslate2Translator(exports[engine], threads=threads, threads_per_batch=threads_per_batch)
         return translator, translator.tokenizer
     model, tokenizer = load_model_and_tokenizer(model_dir)
     return (marian_with_weights_of(model) if engine == "Marian" else model), tokenizer
@@ -208,7 +208,7 @@ def memory_child(args) -> None:
     from vanilla_transformer import deployment  # noqa: F401  (every engine pays the same imports)
 
     after_imports = _rss()
-    loaded = load_engine(args.memory_child, args.model, json.loads(args.exports), args.threads)
+    loaded = load_engine(args.memory_child, args.model, json.loads(args.exports), args.threads, args.threads_per_batch)
     runner(args.memory_child, loaded, read_lines(args.sources, args.sentences), BEAM)()
     print(json.dumps({"peak_rss": _peak_rss(), "after_imports": after_imports}))
 
@@ -237,6 +237,8 @@ def memory(args, exports: dict) -> list[dict]:
             str(args.sources),
             "--threads",
             str(args.threads),
+            "--threads-per-batch",
+            str(args.threads_per_batch),
             "--sentences",
             str(args.sentences),
             "--memory-child",
@@ -297,13 +299,22 @@ def bleu(args, loaded: dict) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+def ct2_layout(results: dict) -> str:
+    per_batch = results.get("threads_per_batch", 1)
+    workers = max(1, results["threads"] // per_batch)
+    default = ", the package's default" if per_batch == 1 else ""
+    return f"{workers} batch(es) at once, {per_batch} thread(s) each{default}"
+
+
 def markdown(results: dict) -> str:
     lines = [
         "# CTranslate2 against transformers' generate()",
         "",
-        f"`{results['command']}` on {results['machine']}, {results['threads']} thread(s) for every engine, "
-        f"{results['date']}. Model: {results['model']} ({results['parameters'] / 1e6:.1f}M parameters); Marian holds "
-        f"the same weights (largest logit difference {results['marian_logit_difference']:.1e}).",
+        f"`{results['command']}` on {results['machine']}, {results['threads']} thread(s) for every engine "
+        f"(transformers: one batch at a time with all of them; CTranslate2: {ct2_layout(results)}), "
+        f"{results['date']}. Model: {results['model']} "
+        f"({results['parameters'] / 1e6:.1f}M parameters); Marian holds the same weights "
+        f"(largest logit difference {results['marian_logit_difference']:.1e}).",
         "",
         "| setting | engine | sentences | target tokens | seconds | tokens/s | vs MarianMTModel |",
         "|---|---|---|---|---|---|---|",
@@ -362,6 +373,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count(), help="threads of every engine (default: all cores)"
     )
+    parser.add_argument(
+        "--threads-per-batch",
+        type=int,
+        default=1,
+        help="CTranslate2's threads per batch; it decodes threads // this many batches at once (default: 1)",
+    )
     parser.add_argument("--sentences", type=int, default=256, help="sentences of the beam-search runs")
     parser.add_argument("--greedy-sentences", type=int, default=64, help="sentences of the greedy, batch-1 runs")
     parser.add_argument("--repeats", type=int, default=3)
@@ -392,7 +409,9 @@ def main(argv: list[str] | None = None) -> dict:
             f"CTranslate2 {q}": export_ctranslate2(args.model, Path(tmp) / q, quantization=q)
             for q in ("float32", "int8")
         }
-        loaded = {engine: load_engine(engine, args.model, exports, args.threads) for engine in ENGINES}
+        loaded = {
+            engine: load_engine(engine, args.model, exports, args.threads, args.threads_per_batch) for engine in ENGINES
+        }
         test = read_lines(args.sources)
         texts = {"beam": test[: args.sentences], "greedy": test[: args.greedy_sentences]}
         model, tokenizer = loaded["ours"]
@@ -401,6 +420,7 @@ def main(argv: list[str] | None = None) -> dict:
             "machine": cpu_name(),
             "sources": args.sources.name,
             "threads": args.threads,
+            "threads_per_batch": args.threads_per_batch,
             "date": time.strftime("%Y-%m-%d"),
             "model": args.model.name if args.model.name != "final" else f"{args.model.parent.name}/final",
             "parameters": sum(p.numel() for p in model.parameters()),

@@ -197,6 +197,36 @@ def test_each_sentence_keeps_its_own_length_limit(tokenizer, tmp_path):
     assert [len(row) for row in engine.translate_ids(texts, max_new_tokens=5)] == [4] * len(texts)
 
 
+def test_batches_decoded_at_once_give_the_tokens_of_one_batch_at_a_time(tokenizer, tmp_path):
+    """On a CPU, ``threads // threads_per_batch`` workers decode queued batches in parallel; the tokens are those
+    of one worker, for greedy and beam search, the second decoding of sentences near their limit included."""
+    model = tiny_model(seed=2, vocab_size=len(tokenizer))
+    model.generation_config.source_length_offset = 3  # an untrained model runs into every limit
+    folder = export_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "export")
+    texts = bundled_lines("test.de.gz", 24)
+    engines = {
+        (1, 1): CTranslate2Translator(folder, threads=1),
+        (2, 1): CTranslate2Translator(folder, threads=2),
+        (2, 2): CTranslate2Translator(folder, threads=2, threads_per_batch=2),
+    }
+    assert {layout: engine.translator.num_translators for layout, engine in engines.items()} == {
+        (1, 1): 1,
+        (2, 1): 2,
+        (2, 2): 1,
+    }
+    for num_beams in (1, 4):
+        ids = {
+            layout: engine.translate_ids(texts, num_beams=num_beams, length_penalty=0.6, batch_size=4)
+            for layout, engine in engines.items()
+        }
+        assert ids[(2, 1)] == ids[(1, 1)] == ids[(2, 2)]
+        assert engines[(2, 1)].redecoded == engines[(1, 1)].redecoded == engines[(2, 2)].redecoded
+        assert (engines[(2, 1)].redecoded > 0) == (num_beams > 1)
+    for bad in ({"threads": -1}, {"threads": True}, {"threads_per_batch": 0}, {"threads_per_batch": 1.5}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be an integer of at least"):
+            CTranslate2Translator(folder, **bad)
+
+
 def test_beam_batches_mix_source_lengths_and_give_the_one_limit_paths_tokens(trained, tokenizer, tmp_path):
     """Beam batches are formed whatever the source lengths; a sentence whose search came near its own limit is
     decoded again with it. A small length offset makes some sentences reach their limit and others not: the

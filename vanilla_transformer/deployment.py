@@ -37,6 +37,10 @@ Decoding, compared with transformers' ``generate`` (docs/deployment.md has the m
   A hypothesis cut by the limit ends differently: transformers forces ``</s>`` as its last token (and counts
   it in the length), CTranslate2 stops one token earlier; with α = 0 the two agree, otherwise they can differ
   for sentences whose best translations run into the limit.
+* **Threads.** On a CPU, ``threads // threads_per_batch`` batches are decoded at once, each by a worker of
+  CTranslate2's own pool (``inter_threads``). Every batch is queued before any result is read, and a sentence
+  to decode again is queued as soon as its first search returns, so the workers stay busy to the end. The
+  outputs do not depend on the layout (each batch is decoded as it would be alone).
 
 ``ctranslate2`` is an optional dependency: ``pip install -e '.[ctranslate2]'`` in a clone.
 """
@@ -322,15 +326,30 @@ class CTranslate2Translator:
         folder: the export's folder.
         device: ``"cpu"`` or ``"cuda"``.
         compute_type: CTranslate2's compute type; ``"default"``: the type the weights were exported in.
-        threads: threads of one translation (CTranslate2's ``intra_threads``); 0: its default.
+        threads: CPU threads in all; 0: one per core this process may use.
+        threads_per_batch: threads that decode one batch (CTranslate2's ``intra_threads``). On a CPU,
+            ``threads // threads_per_batch`` batches are decoded at once (its ``inter_threads``): with the
+            default of 1, each core decodes batches of its own, which on a 2-core machine measured 5.8x faster
+            than one batch at a time with both threads (docs/performance-log.md, "Threads"). Raise it for the
+            latency of a single batch on a large model. On CUDA, one batch at a time.
 
     Raises:
         ImportError: CTranslate2 is not installed.
         ValueError: ``folder`` is not an export (for instance a model folder that was never exported).
     """
 
-    def __init__(self, folder: str | os.PathLike, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        threads_per_batch: int = 1,
+    ):
         require_ctranslate2()
+        for name, value, least in (("threads", threads, 0), ("threads_per_batch", threads_per_batch, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}.")
         folder = Path(folder)
         if not (folder / EXPORT_FILE).is_file() or not (folder / "model.bin").is_file():
             hint = (
@@ -348,8 +367,18 @@ class CTranslate2Translator:
         self.tokenizer = load_tokenizer(folder / TOKENIZER_FOLDER)
         self.generation_config = GenerationConfig.from_pretrained(folder)
         self.max_positions = int(self.info["max_positions"])
+        if not threads:
+            threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads_per_batch = min(threads_per_batch, threads)
+        # CTranslate2's worker pool runs up to inter_threads batches at once, each with intra_threads threads, and
+        # shares the weights between them (+23 MB of peak RSS for a second worker on Table 3's base model).
+        batches_at_once = max(1, threads // threads_per_batch) if device == "cpu" else 1
         self.translator = ctranslate2.Translator(
-            str(folder), device=device, compute_type=compute_type, intra_threads=threads, inter_threads=1
+            str(folder),
+            device=device,
+            compute_type=compute_type,
+            intra_threads=threads_per_batch,
+            inter_threads=batches_at_once,
         )
         self.redecoded = 0  # sentences the last beam search decoded a second time (see translate_ids)
 
@@ -421,7 +450,8 @@ class CTranslate2Translator:
         eos = tokenizer.convert_ids_to_tokens(config.eos_token_id)
         outputs: list[list[int] | None] = [None] * len(texts)
 
-        def run(batch: list[int], limit: int, num_hypotheses: int = 1) -> list[Any]:
+        def submit(batch: list[int], limit: int, num_hypotheses: int = 1) -> list[Any]:
+            """Queue one batch: CTranslate2's workers decode queued batches in parallel (``inter_threads``)."""
             return self.translator.translate_batch(
                 [tokens[i] for i in batch],
                 beam_size=num_beams,
@@ -432,6 +462,7 @@ class CTranslate2Translator:
                 max_input_length=0,  # never truncate the source
                 return_end_token=True,  # counted in the length penalty's length, as transformers does
                 max_batch_size=0,
+                asynchronous=True,
             )
 
         def keep(i: int, hypothesis: list[str]) -> None:
@@ -439,58 +470,61 @@ class CTranslate2Translator:
                 hypothesis = hypothesis[:-1]
             outputs[i] = tokenizer.convert_tokens_to_ids(hypothesis[: limits[i] - 1])
 
-        # Longest first (an out-of-memory error shows at once), in batches of similar source length.
-        order = sorted(range(len(texts)), key=lambda i: (-limits[i], i))
-        one_limit = num_beams > 1 and group_by_limit
-        batches: list[list[int]] = []
-        for i in order:
-            if batches and len(batches[-1]) < batch_size and (not one_limit or limits[batches[-1][0]] == limits[i]):
-                batches[-1].append(i)
-            else:
-                batches.append([i])
+        def batched(indices: list[int], same_limit: bool) -> list[list[int]]:
+            """Longest first (an out-of-memory error shows at once), in batches of similar source length."""
+            batches: list[list[int]] = []
+            for i in sorted(indices, key=lambda i: (-limits[i], i)):
+                last = batches[-1] if batches else []
+                if last and len(last) < batch_size and (not same_limit or limits[last[0]] == limits[i]):
+                    last.append(i)
+                else:
+                    batches.append([i])
+            return batches
+
+        exact = num_beams == 1 or group_by_limit  # greedy: cutting at a sentence's own limit is exact
+        # Every batch is queued before any result is read, so that all workers stay busy; results are read in
+        # the order they were queued.
+        queued = []
+        for batch in batched(list(range(len(texts))), same_limit=num_beams > 1 and group_by_limit):
+            if exact:
+                queued.append((batch, None, submit(batch, max(limits[i] for i in batch))))
+                continue
+            # The batch runs with the limit most of its sentences have (the longest among equals): for those
+            # the search is exactly their own. Every finished hypothesis comes back (with α ≠ 0 CTranslate2
+            # stops a sentence once num_beams have finished, so asking for all of them does not change the
+            # search); the longest one finished at the step the search stopped. If that step lies before
+            # both the batch's last step and the sentence's own, the search with its own limit went the same
+            # way and stopped there too: same hypotheses, same best.
+            counts = Counter(limits[i] for i in batch)
+            limit = max(counts, key=lambda n: (counts[n], n))
+            queued.append((batch, limit, submit(batch, limit, num_hypotheses=num_beams)))
         again: list[int] = []  # beam search only: sentences whose search may have run into their own limit
+        redo: list[tuple[list[int], list[Any]]] = []  # their second decoding, queued as soon as they are known
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(texts), unit="sent", desc="translating (CTranslate2)")
         try:
-            for batch in batches:
-                if num_beams == 1 or one_limit:  # greedy: cutting at a sentence's own limit is exact
-                    for i, result in zip(batch, run(batch, max(limits[i] for i in batch))):
-                        keep(i, result.hypotheses[0])
-                    if bar is not None:
-                        bar.update(len(batch))
-                    continue
-                # The batch runs with the limit most of its sentences have (the longest among equals): for those
-                # the search is exactly their own. Every finished hypothesis comes back (with α ≠ 0 CTranslate2
-                # stops a sentence once num_beams have finished, so asking for all of them does not change the
-                # search); the longest one finished at the step the search stopped. If that step lies before
-                # both the batch's last step and the sentence's own, the search with its own limit went the same
-                # way and stopped there too: same hypotheses, same best.
-                counts = Counter(limits[i] for i in batch)
-                limit = max(counts, key=lambda n: (counts[n], n))
-                done = 0
-                for i, result in zip(batch, run(batch, limit, num_hypotheses=num_beams)):
-                    longest = max((len(h) for h in result.hypotheses), default=limits[i])
-                    near = len(result.hypotheses) < num_beams or longest >= min(limit, limits[i]) - 2  # 2: the </s>
-                    if near and limits[i] != limit:
-                        again.append(i)
-                    else:
-                        keep(i, result.hypotheses[0])
-                        done += 1
+            for batch, limit, pending in queued:
+                done, near = 0, []
+                for i, waiting in zip(batch, pending):
+                    result = waiting.result()
+                    if limit is not None and limits[i] != limit:
+                        longest = max((len(h) for h in result.hypotheses), default=limits[i])
+                        if len(result.hypotheses) < num_beams or longest >= min(limit, limits[i]) - 2:  # 2: </s>
+                            near.append(i)
+                            continue
+                    keep(i, result.hypotheses[0])
+                    done += 1
+                # Decoded again in batches of one limit each: exactly the search with each sentence's own limit.
+                redo += [(group, submit(group, limits[group[0]])) for group in batched(near, same_limit=True)]
+                again += near
                 if bar is not None:
                     bar.update(done)
-            # Decoded again in batches of one limit each: exactly the search with each sentence's own limit.
-            regrouped: list[list[int]] = []
-            for i in sorted(again, key=lambda i: (-limits[i], i)):
-                if regrouped and len(regrouped[-1]) < batch_size and limits[regrouped[-1][0]] == limits[i]:
-                    regrouped[-1].append(i)
-                else:
-                    regrouped.append([i])
-            for batch in regrouped:
-                for i, result in zip(batch, run(batch, limits[batch[0]])):
-                    keep(i, result.hypotheses[0])
+            for batch, pending in redo:
+                for i, waiting in zip(batch, pending):
+                    keep(i, waiting.result().hypotheses[0])
                 if bar is not None:
                     bar.update(len(batch))
         finally:
