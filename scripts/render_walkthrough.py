@@ -45,10 +45,14 @@ def cells(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
     return [(cell.cell_type, cell.source) for cell in notebook.cells]
 
 
-def execute(notebook: nbformat.NotebookNode, working_dir: Path, timeout: int = 900) -> nbformat.NotebookNode:
-    """Run every cell in order in a fresh kernel started in ``working_dir``; raise on the first error."""
-    saved = {name: os.environ.get(name) for name in ENVIRONMENT}
-    os.environ.update(ENVIRONMENT)  # the kernel inherits this process's environment
+def execute(
+    notebook: nbformat.NotebookNode, working_dir: Path, timeout: int = 900, environment: dict[str, str] | None = None
+) -> nbformat.NotebookNode:
+    """Run every cell in order in a fresh kernel started in ``working_dir``; raise on the first error.
+    ``environment``: variables the kernel gets besides ``ENVIRONMENT``."""
+    environment = {**ENVIRONMENT, **(environment or {})}
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)  # the kernel inherits this process's environment
     try:
         client = NotebookClient(
             notebook, timeout=timeout, kernel_name=KERNEL, resources={"metadata": {"path": str(working_dir)}}

@@ -60,7 +60,11 @@ def test_the_walkthrough_runs_top_to_bottom(tmp_path):
     notebook = notebook_from_source()
     check = nbformat.v4.new_code_cell("import sys\nprint(sys.prefix)")
     notebook.cells.append(check)
-    execute(notebook, tmp_path)  # raises CellExecutionError at the first failing cell
+    # One thread: the walkthrough's model is tiny, and a second torch thread makes every operation wait for a
+    # core that another process may hold. Timed beside two busy processes on 2 cores, a training step of this
+    # size took 0.97-1.02 s with 2 threads and 0.43-0.47 s with 1, and this test 170 s with 1 (it had run past
+    # its 900 s limit with 2 beside one busy process).
+    execute(notebook, tmp_path, environment={"OMP_NUM_THREADS": "1"})  # raises CellExecutionError at the first error
     assert check.outputs[0].text.strip() == sys.prefix  # the kernel ran in this environment (.venv)
     notebook.cells.remove(check)  # (it prints a machine path)
     assert problems(notebook) == []
