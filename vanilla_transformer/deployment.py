@@ -329,9 +329,9 @@ class CTranslate2Translator:
         threads: CPU threads in all; 0: one per core this process may use.
         threads_per_batch: threads that decode one batch (CTranslate2's ``intra_threads``). On a CPU,
             ``threads // threads_per_batch`` batches are decoded at once (its ``inter_threads``): with the
-            default of 1, each core decodes batches of its own, which on a 2-core machine measured 5.8x faster
-            than one batch at a time with both threads (docs/performance-log.md, "Threads"). Raise it for the
-            latency of a single batch on a large model. On CUDA, one batch at a time.
+            default of 1, each core decodes batches of its own: on a 2-core machine, int8 beam search took a
+            quarter of the time of one batch at a time with both threads (docs/performance-log.md, "Threads").
+            Raise it for the latency of a single batch on a large model. On CUDA, one batch at a time.
 
     Raises:
         ImportError: CTranslate2 is not installed.
@@ -371,7 +371,7 @@ class CTranslate2Translator:
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         threads_per_batch = min(threads_per_batch, threads)
         # CTranslate2's worker pool runs up to inter_threads batches at once, each with intra_threads threads, and
-        # shares the weights between them (+23 MB of peak RSS for a second worker on Table 3's base model).
+        # shares the weights between them (a second worker added 21 MB to int8's peak RSS on Table 3's base model).
         batches_at_once = max(1, threads // threads_per_batch) if device == "cpu" else 1
         self.translator = ctranslate2.Translator(
             str(folder),
