@@ -239,8 +239,15 @@ def converged_status() -> tuple[str, list[str]]:
             f"its last checkpoint scores {spread(runs, 'bleu', 'last')}",
         ]
     bleu = statistics.fmean(r["selected"]["bleu"] for r in base)
-    verdicts = re.findall(r"^- \(.*\): \*\*([^*]+)\*\* \(", report, re.M)
-    assert len(verdicts) == len(table3_converged.CLAIMS) and set(verdicts) == {"not run yet"}  # "no verdict yet"
+    verdicts = re.findall(r"^- (\([^)]*\)) .*: \*\*([^*]+)\*\* \((.*)\)$", report, re.M)
+    assert len(verdicts) == len(table3_converged.CLAIMS)
+    assert all(v == "not run yet" or ", provisional (" in v for _, v, _ in verdicts)  # "no final verdict yet"
+    provisional = [(label, v, rest) for label, v, rest in verdicts if ", provisional (" in v]
+    provisional_claims = [
+        text
+        for label, verdict, rest in provisional
+        for text in [f"{label} {verdict}", *re.findall(r"\S+ − \S+ BLEU [+-]?[\d.]+ \[[^]]+\]", rest)]
+    ]
     effect = re.search(
         r"\*\*Smallest resolvable difference\*\* \(3 seeds a row, from the base's seeds\): ([\d.]+) BLEU", report
     )
@@ -253,7 +260,12 @@ def converged_status() -> tuple[str, list[str]]:
             for row, runs in rows.items()
         )
     )
+    if provisional:
+        readme_line += ", so no claim has a final verdict (provisional: " + "; ".join(
+            f"{label} {verdict.split(', provisional')[0]}" for label, verdict, _ in provisional
+        )
     return readme_line, [
+        *provisional_claims,
         f"**Status:** {len(base) + sum(map(len, rows.values()))} of the 33 runs. The base's seeds {seeds[0]}–"
         f"{seeds[-1]}, each to the 20-epoch cap ({steps.pop():,} steps",
         f"about {minutes:.0f} minutes a run on one thread",
