@@ -224,9 +224,10 @@ def converged_status() -> tuple[str, list[str]]:
         lowest = listing([f"{r['selected']['steps'][0]:,}" for r in runs])
         epochs = listing([str(r["curve"][-1]["epoch"]) for r in runs])
         if len(runs) == planned:  # a row with all its seeds: its interval from the base, as the report gives it
-            interval = re.search(rf"\({re.escape(row)} − base BLEU ([^ ]+ \[[^]]+\]) \(([a-z ]+)\)", report)
-            intervals[row] = f"{interval.group(1)}, {interval.group(2)}"
-            others.append(f"its BLEU minus the base's is {interval.group(1)}: {interval.group(2)}")
+            interval = re.search(rf"(?:\(|; ){re.escape(row)} − (\S+) BLEU ([^ ]+ \[[^]]+\]) \(([a-z ]+)\)", report)
+            reference = "the base" if interval.group(1) == "base" else f"`{interval.group(1)}`"
+            intervals[row] = f"from {reference} {interval.group(2)}, {interval.group(3)}"
+            others.append(f"its BLEU minus {reference}'s is {interval.group(2)}: {interval.group(3)}")
             ppl_of_base = {r["seed"]: r["selected"]["ppl"] for r in base}
             if all(r["selected"]["ppl"] > ppl_of_base[r["seed"]] for r in runs):
                 others.append("its validation perplexity is higher than the\nbase's on every seed")
@@ -241,31 +242,35 @@ def converged_status() -> tuple[str, list[str]]:
     bleu = statistics.fmean(r["selected"]["bleu"] for r in base)
     verdicts = re.findall(r"^- (\([^)]*\)) .*: \*\*([^*]+)\*\* \((.*)\)$", report, re.M)
     assert len(verdicts) == len(table3_converged.CLAIMS)
-    assert all(v == "not run yet" or ", provisional (" in v for _, v, _ in verdicts)  # "no final verdict yet"
-    provisional = [(label, v, rest) for label, v, rest in verdicts if ", provisional (" in v]
-    provisional_claims = [
-        text
-        for label, verdict, rest in provisional
-        for text in [f"{label} {verdict}", *re.findall(r"\S+ − \S+ BLEU [+-]?[\d.]+ \[[^]]+\]", rest)]
-    ]
+    finals = {"held", "contradicted", "not resolvable at this scale"}
+    assert all(v == "not run yet" or v in finals or ", provisional (" in v for _, v, _ in verdicts)
+    decided = [(label, v, re.findall(r"\S+ − \S+ (?:BLEU|PPL) [+-]?[\d.]+ \[[^]]+\]", rest)) for label, v, rest in verdicts]
+    decided = [(label, v, comparisons) for label, v, comparisons in decided if v != "not run yet"]
+    verdict_claims = [text for label, verdict, comparisons in decided for text in [f"{label} {verdict}", *comparisons]]
+    final = [(label, v, comparisons) for label, v, comparisons in decided if v in finals]
+    provisional = [(label, v) for label, v, _ in decided if v not in finals]
     effect = re.search(
         r"\*\*Smallest resolvable difference\*\* \(3 seeds a row, from the base's seeds\): ([\d.]+) BLEU", report
     )
     readme_line = (
         f"the base has run ({len(base)} seeds, test2016 BLEU {bleu:.2f}, at the 20-epoch cap and still improving)"
         + "".join(
-            f" and all {len(runs)} seeds of `{row}` (Δ BLEU from the base {intervals[row]})"
+            f" and all {len(runs)} seeds of `{row}` (Δ BLEU {intervals[row]})"
             if len(runs) == table3_converged.SEEDS[row]
             else f" and {len(runs)} of `{row}`'s {table3_converged.SEEDS[row]} seeds"
             for row, runs in rows.items()
         )
     )
+    if final:
+        readme_line += "; verdicts: " + "; ".join(
+            f"{label} {verdict} ({', '.join(comparisons)})" for label, verdict, comparisons in final
+        )
     if provisional:
-        readme_line += ", so no claim has a final verdict (provisional: " + "; ".join(
-            f"{label} {verdict.split(', provisional')[0]}" for label, verdict, _ in provisional
+        readme_line += (", so no claim has a final verdict" if not final else "") + " (provisional: " + "; ".join(
+            f"{label} {verdict.split(', provisional')[0]}" for label, verdict in provisional
         )
     return readme_line, [
-        *provisional_claims,
+        *verdict_claims,
         f"**Status:** {len(base) + sum(map(len, rows.values()))} of the 33 runs. The base's seeds {seeds[0]}–"
         f"{seeds[-1]}, each to the 20-epoch cap ({steps.pop():,} steps",
         f"about {minutes:.0f} minutes a run on one thread",
