@@ -244,7 +244,9 @@ def converged_status() -> tuple[str, list[str]]:
     assert len(verdicts) == len(table3_converged.CLAIMS)
     finals = {"held", "contradicted", "not resolvable at this scale"}
     assert all(v == "not run yet" or v in finals or ", provisional (" in v for _, v, _ in verdicts)
-    decided = [(label, v, re.findall(r"\S+ − \S+ (?:BLEU|PPL) [+-]?[\d.]+ \[[^]]+\]", rest)) for label, v, rest in verdicts]
+    decided = [
+        (label, v, re.findall(r"\S+ − \S+ (?:BLEU|PPL) [+-]?[\d.]+ \[[^]]+\]", rest)) for label, v, rest in verdicts
+    ]
     decided = [(label, v, comparisons) for label, v, comparisons in decided if v != "not run yet"]
     verdict_claims = [text for label, verdict, comparisons in decided for text in [f"{label} {verdict}", *comparisons]]
     final = [(label, v, comparisons) for label, v, comparisons in decided if v in finals]
@@ -266,8 +268,10 @@ def converged_status() -> tuple[str, list[str]]:
             f"{label} {verdict} ({', '.join(comparisons)})" for label, verdict, comparisons in final
         )
     if provisional:
-        readme_line += (", so no claim has a final verdict" if not final else "") + " (provisional: " + "; ".join(
-            f"{label} {verdict.split(', provisional')[0]}" for label, verdict in provisional
+        readme_line += (
+            (", so no claim has a final verdict" if not final else "")
+            + " (provisional: "
+            + "; ".join(f"{label} {verdict.split(', provisional')[0]}" for label, verdict in provisional)
         )
     return readme_line, [
         *verdict_claims,
