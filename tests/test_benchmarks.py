@@ -786,7 +786,8 @@ def test_table3_verdicts_follow_the_intervals(tmp_path):
     assert intervals[("E-learned", "base", "bleu")]["mean"] == 0.0
     early = {"steps": 750, "base_settings": {"d_model": 256}, "runs": []}
     early["runs"] = [
-        {"row": row, "val": {"bleu": bleu}} for row, bleu in (("base", 14.0), ("base", 13.0), ("A-h1", 12.0))
+        {"row": row, "val": {"bleu": bleu}}
+        for row, bleu in (("base", 14.0), ("base", 13.0), ("A-h1", 12.0), ("D-drop0.1", 15.0))
     ]
     (tmp_path / "table3.json").write_text(json.dumps(early))
     text = t3.report({"runs": worse, "bootstrap_samples": 200}, tmp_path, references, picture=True)
@@ -796,6 +797,7 @@ def test_table3_verdicts_follow_the_intervals(tmp_path):
     a_h1 = next(line for line in text.splitlines() if line.startswith("| A-h1 | 12.00 | -1.50 |"))
     assert a_h1.endswith(f" | {t3._interval_text(single)} |")
     assert "| E-learned | — | — |" in text
+    assert "| base | 15.00 | +1.50 |" in text  # beside the 750-step row of its settings (P_drop 0.1)
     assert (tmp_path / "table3-converged-curves.png").stat().st_size > 10_000
     assert "(E) learned positions give nearly identical results" in text and "**not run yet**" in text
     full = _fixture_runs(t3, references, {"base": 0.0}, seeds=5)
@@ -803,7 +805,7 @@ def test_table3_verdicts_follow_the_intervals(tmp_path):
     assert claim + "**held** (" in t3.report({"runs": full, "bootstrap_samples": 200}, tmp_path, references, False)
     one = [r for r in worse if r["row"] == "base"] + _fixture_runs(t3, references, {"D-drop0.0": 0.1}, seeds=1)
     text = t3.report({"runs": one, "bootstrap_samples": 200}, tmp_path, references, False)
-    assert "D-drop0.0 − base BLEU — (1 paired seed, no interval yet); D-drop0.1 − D-drop0.0 BLEU — (not run)" in text
+    assert "(D-drop0.0 − base BLEU — (1 paired seed, no interval yet))" in text
     better = _fixture_runs(t3, references, {"base": 0.3, "A-h1": 0.0})
     assert t3.outcome(t3.comparisons(better, references, samples=200)[("A-h1", "base", "bleu")], "-") == "contradicted"
     effect = t3.resolvable_effect(worse, 3, references, samples=200)

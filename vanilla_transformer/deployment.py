@@ -371,7 +371,8 @@ class CTranslate2Translator:
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         threads_per_batch = min(threads_per_batch, threads)
         # CTranslate2's worker pool runs up to inter_threads batches at once, each with intra_threads threads, and
-        # shares the weights between them (a second worker added 21 MB to int8's peak RSS on Table 3's base model).
+        # shares the weights between them (a second worker added 21 MB to int8's peak RSS on a Multi30k model of
+        # d_model 128).
         batches_at_once = max(1, threads // threads_per_batch) if device == "cpu" else 1
         self.translator = ctranslate2.Translator(
             str(folder),
