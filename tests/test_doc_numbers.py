@@ -279,7 +279,8 @@ def converged_status() -> tuple[str, list[str]]:
         )
     return readme_line, [
         *verdict_claims,
-        f"**Status:** {len(base) + sum(map(len, rows.values()))} of the 33 runs. The base's seeds {seeds[0]}–"
+        f"**Status:** {len(base) + sum(map(len, rows.values()))} of the {sum(table3_converged.SEEDS.values())} runs. "
+        f"The base's seeds {seeds[0]}–"
         f"{seeds[-1]}, each to the 20-epoch cap ({steps.pop():,} steps",
         f"about {minutes:.0f} minutes of training a run on one thread",
         f"(by {drop:.2f} over the last 250 steps, on average)",
